@@ -1,0 +1,51 @@
+"""One place for paths, database URL, device and defaults.
+
+Precedence everywhere: command-line flag > environment variable ``MGEO_INDEX_*`` > default here.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_PREFIX = "MGEO_INDEX_"
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_MODEL_DIR = PACKAGE_DIR / "model" / "default"
+DEFAULT_BI_MODEL = DEFAULT_MODEL_DIR / "bi"
+DEFAULT_CROSS_MODEL = DEFAULT_MODEL_DIR / "cross"
+SAMPLE_CATALOG = PACKAGE_DIR / "data" / "sample_catalog.csv"
+DB_FILENAME = "mgeo.db"
+DEFAULT_INDEX_FACTORY = "Flat"
+DEFAULT_CATALOG = "default"
+LABELS = ("exact_match", "partial_match", "not_match")
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Read ``MGEO_INDEX_<NAME>``; empty strings count as unset."""
+    value = os.environ.get(ENV_PREFIX + name.upper())
+    return value if value else default
+
+
+def database_url(index_dir: str | Path, db: str | None = None) -> str:
+    """SQLAlchemy URL: ``--db`` > ``MGEO_INDEX_DB`` > SQLite file inside the index directory."""
+    url = db or env("DB")
+    if url:
+        return url
+    return f"sqlite:///{Path(index_dir).resolve() / DB_FILENAME}"
+
+
+def device(name: str | None = None) -> str:
+    """Torch device: ``--device`` > ``MGEO_INDEX_DEVICE`` > cuda when available > cpu."""
+    chosen = name or env("DEVICE")
+    if chosen:
+        return chosen
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bi_model_path(path: str | Path | None = None) -> Path:
+    return Path(path or env("MODEL") or DEFAULT_BI_MODEL)
+
+
+def cross_model_path(path: str | Path | None = None) -> Path:
+    return Path(path or env("CROSS_MODEL") or DEFAULT_CROSS_MODEL)
