@@ -1,0 +1,430 @@
+"""Reading catalog files (CSV / TSV of addresses) safely and in bounded-size chunks.
+
+A catalog file has a header line and one record per row.  :func:`read_catalog`
+resolves the encoding, delimiter and columns up front (raising :class:`CatalogError`
+for problems with the file as a whole) and returns a :class:`CatalogReader` whose
+:meth:`~CatalogReader.chunks` streams ``(rows, rejects)`` tuples.  Every bad record
+becomes a :class:`Reject` with its physical line number and a reason a person can act
+on; it never aborts the read.
+"""
+from __future__ import annotations
+
+import codecs
+import csv
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "CatalogError",
+    "CatalogReader",
+    "Reject",
+    "Row",
+    "ADDRESS_COLUMN_NAMES",
+    "DEFAULT_MAX_CHARS",
+    "detect_address_column",
+    "detect_encoding",
+    "read_catalog",
+    "sniff_delimiter",
+    "write_rejects",
+]
+
+#: Fallback limit on address length; callers pass the model's real limit.
+DEFAULT_MAX_CHARS = 256
+#: Header names taken as the address column, in order of preference (case-insensitive).
+ADDRESS_COLUMN_NAMES = (
+    "address",
+    "full_address",
+    "addr",
+    "地址",
+    "详细地址",
+    "text",
+    "query",
+    "candidate",
+    "name",
+    "poi",
+    "名称",
+)
+_SAMPLE_BYTES = 1 << 20  # encoding detection reads at most this much
+_SAMPLE_ROWS = 200  # records used to guess the address column
+_UNDECODABLE = "undecodable bytes in row; re-save the file as UTF-8"
+_SURROGATES = re.compile("[\udc80-\udcff]")  # what errors='surrogateescape' makes of bad bytes
+_WHITESPACE = re.compile(r"\s+")
+
+
+class CatalogError(Exception):
+    """The catalog file as a whole cannot be read (missing column, empty file, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    line: int  # 1-based physical line where the record starts (the header is line 1)
+    address: str  # stripped
+    source_id: str | None  # value of the id column, stripped; None without an id column
+    extra: dict[str, str] = field(default_factory=dict)  # every other column
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    line: int
+    reason: str
+    raw: str  # the record's text, undecodable bytes shown as \xNN
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF or 0xF900 <= o <= 0xFAFF
+
+
+def _decodes(data: bytes, encoding: str, final: bool) -> bool:
+    # Incremental decoding tolerates a multi-byte character cut off by the sample's end.
+    try:
+        codecs.getincrementaldecoder(encoding)(errors="strict").decode(data, final=final)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def detect_encoding(path: str | Path) -> str:
+    """``'utf-8-sig'``, ``'utf-16'`` (BOMs), ``'utf-8'`` or ``'gb18030'``; else charset-normalizer's guess.
+
+    A sample that is mostly valid UTF-8 with a few bad bytes still counts as UTF-8:
+    those rows are rejected one by one, which beats reading the whole file as
+    GB18030 mojibake (UTF-8 Chinese text often happens to decode as GB18030).
+    """
+    with open(path, "rb") as fh:
+        data = fh.read(_SAMPLE_BYTES)
+        final = not fh.read(1)
+    if data.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    if _decodes(data, "utf-8", final):
+        return "utf-8"
+    text = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape").decode(data, final=final)
+    bad_bytes = len(_SURROGATES.findall(text))
+    cjk_chars = sum(1 for ch in text if _is_cjk(ch))
+    if cjk_chars >= bad_bytes:
+        return "utf-8"
+    if _decodes(data, "gb18030", final):
+        return "gb18030"
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data).best()
+    if best is None or not best.encoding:
+        return "utf-8"  # nothing fits: read as UTF-8 and reject the rows that are not
+    return codecs.lookup(best.encoding).name
+
+
+def sniff_delimiter(first_line: str, suffix: str = "") -> str:
+    """Tab for ``.tsv``/``.tab`` files or a header containing a tab, comma for a header
+    containing a comma.  A single-column header (neither) also gets tab, so that commas
+    inside addresses of a one-column file stay part of the address."""
+    if suffix.lower() in (".tsv", ".tab") or "\t" in first_line:
+        return "\t"
+    if "," in first_line:
+        return ","
+    return "\t"
+
+
+def _resolve_column(name: str, columns: Sequence[str], what: str) -> str:
+    if name in columns:
+        return name
+    folded = [c for c in columns if c.strip().casefold() == name.strip().casefold()]
+    if len(folded) == 1:
+        return folded[0]
+    raise CatalogError(f"{what} column {name!r} not found; available columns: {', '.join(map(repr, columns))}")
+
+
+def detect_address_column(header: Sequence[str], sample_rows: Iterable[Sequence[str]]) -> str:
+    """The address column: a well-known name (see ``ADDRESS_COLUMN_NAMES``), else the
+    column whose sample values hold the most CJK characters on average."""
+    by_name = {h.strip().casefold(): h for h in reversed(header)}  # first occurrence wins
+    for candidate in ADDRESS_COLUMN_NAMES:
+        if candidate in by_name:
+            return by_name[candidate]
+    totals = [0] * len(header)
+    count = 0
+    for row in sample_rows:
+        count += 1
+        for i, value in enumerate(row[: len(header)]):
+            totals[i] += sum(1 for ch in value if _is_cjk(ch))
+    if count and max(totals, default=0) > 0:
+        best = max(range(len(header)), key=lambda i: (totals[i], -i))  # ties: leftmost
+        return header[best]
+    raise CatalogError(
+        "cannot tell which column holds the addresses; name it explicitly. "
+        f"Available columns: {', '.join(map(repr, header))}"
+    )
+
+
+def _clean_header(fields: list[str]) -> list[str]:
+    """Strip names, name blank ones ``column_N`` and suffix repeats (``name.2``)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(fields, start=1):
+        name = raw.strip() or f"column_{i}"
+        base, n = name, 1
+        while name in seen:
+            n += 1
+            name = f"{base}.{n}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _LineTap:
+    """Line iterator for ``csv.reader`` that remembers the physical lines of the
+    current record: csv pulls lines only as it needs them, so after each record the
+    tap holds exactly that record's text and knows where it started."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = iter(lines)
+        self.lines_read = 0
+        self.buffer: list[str] = []
+
+    def __iter__(self) -> _LineTap:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.lines_read += 1
+        self.buffer.append(line)
+        return line
+
+    def take(self) -> tuple[int, str]:
+        """(first line number, text) of the lines read since the last call."""
+        start = self.lines_read - len(self.buffer) + 1
+        text = "".join(self.buffer)
+        self.buffer = []
+        return start, text
+
+
+def _control_char(value: str) -> str | None:
+    for ch in value:
+        if unicodedata.category(ch) == "Cc":
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+class CatalogReader:
+    """A catalog file with its encoding, delimiter and columns resolved.
+
+    Iterate :meth:`chunks` (or the reader itself) for ``(rows, rejects)`` tuples; each
+    chunk covers up to ``chunk_size`` records.  Memory stays bounded by the chunk,
+    apart from one small hash per distinct key kept to report duplicates.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        address_column: str | None = None,
+        id_column: str | None = None,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        chunk_size: int = 5000,
+        encoding: str | None = None,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise CatalogError(f"catalog file {str(self.path)!r} does not exist")
+        self.max_chars = max_chars
+        self.chunk_size = chunk_size
+        self.encoding = encoding or detect_encoding(self.path)
+
+        with self._open() as fh:
+            first = fh.readline()
+            if not first.strip():
+                if not first or not fh.read(4096).strip():
+                    raise CatalogError(f"catalog file {str(self.path)!r} is empty")
+                raise CatalogError(f"first line of {str(self.path)!r} is blank; it must be the header")
+            if _SURROGATES.search(first):
+                raise CatalogError(f"header line of {str(self.path)!r} has undecodable bytes; re-save the file as UTF-8")
+            self.delimiter = sniff_delimiter(first, self.path.suffix)
+            fh.seek(0)
+            reader = csv.reader(fh, delimiter=self.delimiter)
+            self.columns: list[str] = _clean_header(next(reader))
+            sample: list[list[str]] = []
+            try:
+                for record in reader:
+                    if any(f.strip() for f in record):
+                        sample.append(record)
+                        if len(sample) >= _SAMPLE_ROWS:
+                            break
+            except csv.Error:
+                pass  # a malformed record ends the sample; chunks() reports it as a reject
+        if not sample:
+            raise CatalogError(f"catalog file {str(self.path)!r} has a header but no data rows")
+
+        if address_column is not None:
+            self.address_column = _resolve_column(address_column, self.columns, "address")
+        else:
+            self.address_column = detect_address_column(self.columns, sample)
+        self.id_column = None if id_column is None else _resolve_column(id_column, self.columns, "id")
+
+    def _open(self):  # noqa: ANN202 - a text file object
+        # surrogateescape keeps undecodable bytes visible per row instead of failing the file.
+        return open(self.path, encoding=self.encoding, errors="surrogateescape", newline="")
+
+    def __iter__(self) -> Iterator[tuple[list[Row], list[Reject]]]:
+        return self.chunks()
+
+    def _raw(self, text: str) -> str:
+        """Record text without its line end, undecodable bytes as ``\\xNN`` escapes."""
+        text = text.rstrip("\r\n")
+        if _SURROGATES.search(text):
+            text = text.encode(self.encoding, "surrogateescape").decode(self.encoding, "backslashreplace")
+        return text
+
+    def chunks(self) -> Iterator[tuple[list[Row], list[Reject]]]:
+        """Stream the file as ``(rows, rejects)`` per ``chunk_size`` records.
+
+        Blank lines are skipped silently; every other record ends up in exactly one
+        of the two lists.  Each call starts reading from the top again.
+        """
+        n_fields = len(self.columns)
+        addr_i = self.columns.index(self.address_column)
+        id_i = None if self.id_column is None else self.columns.index(self.id_column)
+        extra_cols = [(i, c) for i, c in enumerate(self.columns) if i not in (addr_i, id_i)]
+        # hash(key) -> first line.  A 64-bit hash, not the key, bounds memory per row; a
+        # false duplicate needs a hash collision (~n²/2⁶⁴, negligible).
+        seen: dict[int, int] = {}
+
+        rows: list[Row] = []
+        rejects: list[Reject] = []
+        with self._open() as fh:
+            tap = _LineTap(fh)
+            reader = csv.reader(tap, delimiter=self.delimiter)
+            next(reader)  # header
+            tap.take()
+            while True:
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+                    line, text = tap.take()
+                    rejects.append(Reject(line, f"malformed record: {exc}", self._raw(text)))
+                else:
+                    line, text = tap.take()
+                    if not text.strip():
+                        continue  # blank line (a row of empty fields is still checked)
+                    outcome = self._check(fields, line, text, n_fields, addr_i, id_i, extra_cols, seen)
+                    (rows if isinstance(outcome, Row) else rejects).append(outcome)
+                if len(rows) + len(rejects) >= self.chunk_size:
+                    yield rows, rejects
+                    rows, rejects = [], []
+        if rows or rejects:
+            yield rows, rejects
+
+    def _check(
+        self,
+        fields: list[str],
+        line: int,
+        text: str,
+        n_fields: int,
+        addr_i: int,
+        id_i: int | None,
+        extra_cols: list[tuple[int, str]],
+        seen: dict[int, int],
+    ) -> Row | Reject:
+        """Validate one record; the first problem found is the reason given."""
+
+        def reject(reason: str) -> Reject:
+            return Reject(line, reason, self._raw(text))
+
+        if _SURROGATES.search(text):
+            return reject(_UNDECODABLE)
+        if len(fields) != n_fields:
+            return reject(
+                f"expected {n_fields} fields, found {len(fields)}; "
+                "quote values that contain the delimiter"
+            )
+        address = fields[addr_i].strip()
+        if not address:
+            return reject(f"empty address in column {self.address_column!r}")
+        bad = _control_char(address)
+        if bad:
+            return reject(f"control character {bad} in column {self.address_column!r}")
+        if len(address) > self.max_chars:
+            return reject(
+                f"address has {len(address)} characters, longer than the model's limit of "
+                f"{self.max_chars}; shorten or split it"
+            )
+        source_id: str | None = None
+        if id_i is not None:
+            source_id = fields[id_i].strip()
+            if not source_id:
+                return reject(f"empty id in column {self.id_column!r}")
+            bad = _control_char(source_id)
+            if bad:
+                return reject(f"control character {bad} in column {self.id_column!r}")
+            key, what = source_id, f"same id {source_id!r}"
+        else:
+            key, what = _WHITESPACE.sub("", address), "same address"
+        first = seen.setdefault(hash(key), line)
+        if first != line:
+            return reject(f"duplicate of line {first} ({what})")
+        return Row(line=line, address=address, source_id=source_id, extra={c: fields[i] for i, c in extra_cols})
+
+
+def read_catalog(
+    path: str | Path,
+    *,
+    address_column: str | None = None,
+    id_column: str | None = None,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chunk_size: int = 5000,
+    encoding: str | None = None,
+) -> CatalogReader:
+    """Open a catalog file; raises :class:`CatalogError` for file-level problems.
+
+    ``address_column`` is auto-detected when not given; ``encoding`` is detected when
+    not given.  Iterate the result (or its ``chunks()``) for ``(rows, rejects)``.
+    """
+    return CatalogReader(
+        path,
+        address_column=address_column,
+        id_column=id_column,
+        max_chars=max_chars,
+        chunk_size=chunk_size,
+        encoding=encoding,
+    )
+
+
+# --------------------------------------------------------------------------- rejects
+
+_REJECT_HEADER = "line\treason\traw\n"
+
+
+def _escape(value: str) -> str:
+    """Control characters (tab and newlines included) as visible escapes, one TSV cell."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch for ch in value
+    )
+
+
+def write_rejects(path: str | Path, rejects: Iterable[Reject]) -> int:
+    """Append rejects to a UTF-8 TSV ``line, reason, raw`` (header written once); returns
+    the number written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    n = 0
+    with open(path, "a", encoding="utf-8", errors="backslashreplace", newline="") as fh:
+        if new:
+            fh.write(_REJECT_HEADER)
+        for r in rejects:
+            fh.write(f"{r.line}\t{_escape(r.reason)}\t{_escape(r.raw)}\n")
+            n += 1
+    return n

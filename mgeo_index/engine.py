@@ -1,0 +1,195 @@
+"""The one batching engine every path uses (build, resolve, match, jobs, service, evaluation).
+
+- Inputs are tokenized once per batch, never per item.
+- Items are sorted by length and cut into batches by a token budget, each padded to its own
+  longest item (rounded up to a multiple of 8 on CUDA for tensor cores).
+- ``torch.inference_mode``; on CUDA: FP16 autocast, pinned host memory, ``non_blocking`` copies on a
+  side stream so the upload of batch n+1 overlaps the forward pass of batch n; Python-side
+  tokenization of the next batch overlaps GPU work too because kernels launch asynchronously.
+- Results come back in input order.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from mgeo_index import kernels
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def length_sorted_batches(lengths: Sequence[int], *, max_tokens: int = 16384, max_batch: int = 512) -> list[np.ndarray]:
+    """Indices grouped into batches: longest first, each batch's padded size within ``max_tokens``."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, int(lengths[i]), 1)
+        if current and (longest_if_added * (len(current) + 1) > max_tokens or len(current) >= max_batch):
+            batches.append(np.asarray(current))
+            current, longest_if_added = [], max(int(lengths[i]), 1)
+        current.append(int(i))
+        longest = longest_if_added
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
+def default_precision(device: str) -> str:
+    return "fp16" if str(device).startswith("cuda") else "fp32"
+
+
+def _autocast(device: str, precision: str):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    return torch.autocast(device_type="cuda" if str(device).startswith("cuda") else "cpu", dtype=dtype)
+
+
+def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length: int, cuda: bool) -> dict:
+    return tokenizer(
+        first,
+        second,
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        pad_to_multiple_of=8 if cuda else None,
+        return_tensors="pt",
+    )
+
+
+def _run(
+    module: torch.nn.Module,
+    tokenizer,
+    first: Sequence[str],
+    second: Sequence[str] | None,
+    *,
+    max_length: int,
+    postprocess: Callable[[torch.Tensor], torch.Tensor],
+    device: str | None,
+    precision: str | None,
+    max_tokens: int,
+    max_batch: int,
+    on_batch: Callable[[int], None] | None,
+) -> np.ndarray:
+    device = str(device or next(module.parameters()).device)
+    precision = precision or default_precision(device)
+    cuda = device.startswith("cuda")
+    n = len(first)
+    lengths = [len(a) + (len(second[i]) if second is not None else 0) + 3 for i, a in enumerate(first)]
+    lengths = [min(length, max_length) for length in lengths]
+    batches = length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch)
+    out: np.ndarray | None = None
+    copy_stream = torch.cuda.Stream() if cuda else None
+
+    def upload(idx: np.ndarray) -> dict:
+        enc = _tokenize(
+            tokenizer,
+            [first[i] for i in idx],
+            [second[i] for i in idx] if second is not None else None,
+            max_length,
+            cuda,
+        )
+        if not cuda:
+            return dict(enc)
+        with torch.cuda.stream(copy_stream):
+            return {k: v.pin_memory().to(device, non_blocking=True) for k, v in enc.items()}
+
+    with torch.inference_mode(), _autocast(device, precision):
+        pending = upload(batches[0]) if batches else None
+        results: list[tuple[np.ndarray, torch.Tensor]] = []
+        for b, idx in enumerate(batches):
+            inputs = pending
+            if cuda:
+                torch.cuda.current_stream().wait_stream(copy_stream)
+            result = postprocess(module(**inputs))
+            # tokenize + upload the next batch while this one runs on the GPU
+            pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
+            if cuda:
+                results.append((idx, result))
+            else:
+                if out is None:
+                    out = np.empty((n, result.shape[1]), dtype=np.float32)
+                out[idx] = result.float().numpy()
+            if on_batch is not None:
+                on_batch(len(idx))
+        for idx, result in results:  # CUDA: one sync at the end instead of one per batch
+            host = result.float().to("cpu", non_blocking=False).numpy()
+            if out is None:
+                out = np.empty((n, host.shape[1]), dtype=np.float32)
+            out[idx] = host
+    return out if out is not None else np.empty((0, 0), dtype=np.float32)
+
+
+def encode(
+    model,
+    texts: str | Sequence[str],
+    *,
+    device: str | None = None,
+    precision: str | None = None,
+    max_tokens: int = 16384,
+    max_batch: int = 512,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Embed addresses with a :class:`BiEncoder`; float32 (n, dim), L2-normalized, input order.
+
+    One string in → one vector (dim,) out, like sentence-transformers' ``encode``.
+    """
+    single = isinstance(texts, str)
+    items = [texts] if single else list(texts)
+    if not items:
+        return np.empty((0, model.dim), dtype=np.float32)
+    vectors = _run(
+        model,
+        model.tokenizer,
+        items,
+        None,
+        max_length=model.max_length,
+        postprocess=lambda emb: kernels.l2_normalize(emb.float()),
+        device=device,
+        precision=precision,
+        max_tokens=max_tokens,
+        max_batch=max_batch,
+        on_batch=on_batch,
+    )
+    return vectors[0] if single else vectors
+
+
+def score_pairs(
+    cross,
+    queries: Sequence[str],
+    candidates: Sequence[str],
+    *,
+    device: str | None = None,
+    precision: str | None = None,
+    max_tokens: int = 16384,
+    max_batch: int = 512,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order."""
+    if len(queries) != len(candidates):
+        raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
+    if not queries:
+        return np.empty((0, len(cross.labels)), dtype=np.float32)
+    return _run(
+        cross,
+        cross.tokenizer,
+        list(queries),
+        list(candidates),
+        max_length=cross.max_length,
+        postprocess=lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature),
+        device=device,
+        precision=precision,
+        max_tokens=max_tokens,
+        max_batch=max_batch,
+        on_batch=on_batch,
+    )
+
+
+def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

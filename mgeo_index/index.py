@@ -1,0 +1,551 @@
+"""FAISS index management: build, train/add, search, GPU moves and atomic persistence.
+
+Every index made here is an ``IndexIDMap2`` around the structure named by a FAISS
+factory string, so the ids FAISS returns are our own entry ids (any int64, not
+necessarily contiguous) and the stored ids can be listed again (:func:`index_ids`).
+
+Vectors are expected L2-normalized (see :mod:`mgeo_index.kernels`) and the default
+metric is inner product, so scores are cosine similarities.
+
+Typical use::
+
+    idx = make_index(768, "IVF1024,Flat")
+    add(idx, vectors, ids)              # trains first when needed
+    save_atomic(idx, "catalog.faiss")
+    idx = load("catalog.faiss", gpu=True)
+    scores, found = search(idx, queries, k=10)
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import tempfile
+from typing import Any, Union
+
+import faiss
+import numpy as np
+
+__all__ = [
+    "DEFAULT_EF_SEARCH",
+    "DEFAULT_NPROBE",
+    "add",
+    "describe",
+    "index_ids",
+    "is_gpu_index",
+    "load",
+    "make_index",
+    "min_training_vectors",
+    "needs_training",
+    "save_atomic",
+    "search",
+    "set_search_params",
+    "to_cpu",
+    "to_gpu",
+]
+
+log = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Search-time defaults applied by :func:`make_index`.
+DEFAULT_NPROBE = 16
+DEFAULT_EF_SEARCH = 128
+
+_METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+_FACTORY_EXAMPLES = "Flat, HNSW32, IVF4096,Flat, IVF4096,PQ32, IVF256,SQfp16"
+# faiss prints a warning when it has fewer than this many points per centroid.
+_POINTS_PER_CENTROID = 39
+
+
+# --------------------------------------------------------------------------------------
+# Structure helpers
+# --------------------------------------------------------------------------------------
+
+
+def _downcast(index: Any) -> Any:
+    """The most derived Python class for a FAISS index pointer."""
+    return faiss.downcast_index(index)
+
+
+def _unwrap(index: Any) -> Any:
+    """Strip ID-mapping wrappers: IndexIDMap/IndexIDMap2 -> the index they wrap."""
+    index = _downcast(index)
+    while isinstance(index, faiss.IndexIDMap):  # IndexIDMap2 is a subclass
+        index = _downcast(index.index)
+    return index
+
+
+def _id_map_wrapper(index: Any) -> Any | None:
+    """The IndexIDMap(2) holding our ids, looking through multi-GPU replicas."""
+    index = _downcast(index)
+    if isinstance(index, faiss.IndexIDMap):
+        return index
+    if isinstance(index, (faiss.IndexReplicas, faiss.IndexShards)) and index.count() > 0:
+        return _id_map_wrapper(index.at(0))
+    return None
+
+
+def is_gpu_index(index: Any) -> bool:
+    """Whether ``index`` (or an index it wraps) lives on a GPU."""
+    index = _downcast(index)
+    if type(index).__name__.startswith("Gpu"):
+        return True
+    if isinstance(index, (faiss.IndexReplicas, faiss.IndexShards)):
+        return any(is_gpu_index(index.at(i)) for i in range(index.count()))
+    inner = getattr(index, "index", None)  # IDMap, PreTransform, ...
+    if isinstance(inner, faiss.Index):
+        return is_gpu_index(inner)
+    return False
+
+
+def _ivf(index: Any) -> Any | None:
+    """The (downcast) IVF index inside ``index``, or None."""
+    try:
+        ivf = faiss.extract_index_ivf(_unwrap(index))
+    except (RuntimeError, AttributeError, TypeError):
+        return None
+    return _downcast(ivf) if ivf is not None else None
+
+
+def _hnsw(index: Any) -> Any | None:
+    """The HNSW graph object of an HNSW index, or None."""
+    return getattr(_unwrap(index), "hnsw", None)
+
+
+_SQ_NAMES: dict[int, str] = {}
+for _qt, _name in (
+    ("QT_8bit", "SQ8"),
+    ("QT_4bit", "SQ4"),
+    ("QT_6bit", "SQ6"),
+    ("QT_fp16", "SQfp16"),
+    ("QT_bf16", "SQbf16"),
+    ("QT_8bit_direct", "SQ8_direct"),
+    ("QT_8bit_direct_signed", "SQ8_direct_signed"),
+):
+    if hasattr(faiss.ScalarQuantizer, _qt):
+        _SQ_NAMES[getattr(faiss.ScalarQuantizer, _qt)] = _name
+
+
+def _pq_code(pq: Any) -> str:
+    return f"PQ{pq.M}" + ("" if pq.nbits == 8 else f"x{pq.nbits}")
+
+
+def _reverse_factory_fallback(index: Any) -> str | None:
+    """Best-effort factory string for the common structures (no IDMap prefix)."""
+    base = _unwrap(index)
+    if isinstance(base, faiss.IndexFlat):
+        return "Flat"
+    if isinstance(base, faiss.IndexHNSW):
+        m = base.hnsw.nb_neighbors(1)
+        storage = _downcast(base.storage)
+        if isinstance(storage, faiss.IndexFlat):
+            return f"HNSW{m}"
+        if isinstance(storage, faiss.IndexPQ):
+            return f"HNSW{m},{_pq_code(storage.pq)}"
+        if isinstance(storage, faiss.IndexScalarQuantizer) and storage.sq.qtype in _SQ_NAMES:
+            return f"HNSW{m},{_SQ_NAMES[storage.sq.qtype]}"
+        return None
+    if isinstance(base, faiss.IndexPQ):
+        return _pq_code(base.pq)
+    if isinstance(base, faiss.IndexScalarQuantizer):
+        return _SQ_NAMES.get(base.sq.qtype)
+    if isinstance(base, faiss.IndexIVF):
+        if not isinstance(_downcast(base.quantizer), faiss.IndexFlat):
+            return None  # e.g. IVF4096_HNSW32: not reconstructed here
+        prefix = f"IVF{base.nlist}"
+        if isinstance(base, faiss.IndexIVFFlat):
+            return f"{prefix},Flat"
+        if isinstance(base, faiss.IndexIVFPQ):
+            return f"{prefix},{_pq_code(base.pq)}"
+        if isinstance(base, faiss.IndexIVFScalarQuantizer) and base.sq.qtype in _SQ_NAMES:
+            return f"{prefix},{_SQ_NAMES[base.sq.qtype]}"
+    return None
+
+
+def _factory_string(index: Any) -> str | None:
+    """The factory string of the structure inside the IDMap wrapper, or None.
+
+    Uses ``faiss.reverse_index_factory`` where this FAISS build has it (it is missing
+    from some pip wheels) and a small built-in reconstruction otherwise.
+    """
+    index = to_cpu(index) if is_gpu_index(index) else index
+    reverse = getattr(faiss, "reverse_index_factory", None)
+    if reverse is not None:
+        try:
+            return str(reverse(_unwrap(index)))
+        except Exception:  # noqa: BLE001 - unsupported structure: use the fallback
+            pass
+    return _reverse_factory_fallback(index)
+
+
+def _faiss_reason(exc: BaseException) -> str:
+    """The human part of a FAISS C++ exception ("Error in <fn> at <file>:<line>: ...")."""
+    text = " ".join(str(exc).split())
+    match = re.search(r"\bat \S+:\d+: (?:Error: '.*?' failed: )?(.*)$", text)
+    return (match.group(1) if match else text) or "unknown FAISS error"
+
+
+# --------------------------------------------------------------------------------------
+# Building, training, adding
+# --------------------------------------------------------------------------------------
+
+
+def make_index(dim: int, factory: str = "Flat", metric: str = "ip") -> faiss.Index:
+    """Build an empty index for ``dim``-dimensional vectors.
+
+    Args:
+        dim: vector dimension (> 0).
+        factory: FAISS factory string, e.g. ``"Flat"``, ``"HNSW32"``, ``"IVF4096,Flat"``,
+            ``"IVF4096,PQ32"``, ``"IVF256,SQfp16"``. An ``IDMap``/``IDMap2`` prefix is
+            accepted; otherwise the result is wrapped in ``IndexIDMap2``.
+        metric: ``"ip"`` (inner product; cosine on normalized vectors) or ``"l2"``.
+
+    Raises:
+        ValueError: bad dimension, metric or factory string.
+    """
+    if int(dim) != dim or dim <= 0:
+        raise ValueError(f"dim must be a positive integer, got {dim!r}")
+    metric_key = str(metric).lower()
+    if metric_key not in _METRICS:
+        raise ValueError(f"metric must be one of {sorted(_METRICS)}, got {metric!r}")
+    if not isinstance(factory, str) or not factory.strip():
+        raise ValueError(f"invalid FAISS factory string {factory!r}; examples: {_FACTORY_EXAMPLES}")
+    factory = factory.strip()
+    try:
+        base = faiss.index_factory(int(dim), factory, _METRICS[metric_key])
+    except RuntimeError as exc:
+        reason = _faiss_reason(exc)
+        raise ValueError(
+            f"invalid FAISS factory string {factory!r} for dim={dim}: {reason}. "
+            f"Valid examples: {_FACTORY_EXAMPLES}"
+        ) from exc
+    index = base if isinstance(base, faiss.IndexIDMap) else faiss.IndexIDMap2(base)
+    set_search_params(index, nprobe=DEFAULT_NPROBE, ef_search=DEFAULT_EF_SEARCH)
+    return index
+
+
+def needs_training(index: faiss.Index) -> bool:
+    """True when the index must be trained before vectors can be added."""
+    return not bool(index.is_trained)
+
+
+def min_training_vectors(index: faiss.Index) -> int:
+    """Fewest training vectors FAISS accepts for this (untrained) structure.
+
+    IVF needs one point per list (``nlist``); product quantizers need ``2**nbits``
+    points per sub-quantizer codebook. Returns 0 when no training is needed.
+    """
+    if not needs_training(index):
+        return 0
+    need = 1
+    base = _unwrap(index)
+    if isinstance(base, faiss.IndexPreTransform):
+        for i in range(base.chain.size()):
+            vt = base.chain.at(i)
+            if isinstance(faiss.downcast_VectorTransform(vt), faiss.OPQMatrix):
+                need = max(need, 256)  # OPQ trains an 8-bit PQ internally
+        base = _downcast(base.index)
+    ivf = _ivf(base)
+    if ivf is not None:
+        need = max(need, int(ivf.nlist))
+        if isinstance(ivf, faiss.IndexIVFPQ):
+            need = max(need, 1 << int(ivf.pq.nbits))
+    elif isinstance(base, faiss.IndexPQ):
+        need = max(need, 1 << int(base.pq.nbits))
+    elif isinstance(base, faiss.IndexHNSW):
+        storage = _downcast(base.storage)
+        if isinstance(storage, faiss.IndexPQ):
+            need = max(need, 1 << int(storage.pq.nbits))
+    return need
+
+
+def _suggest_nlist(n: int) -> int:
+    """Largest power of two <= min(4*sqrt(n), n/39), at least 1."""
+    target = max(1.0, min(4.0 * math.sqrt(max(n, 1)), n / _POINTS_PER_CENTROID))
+    return 1 << int(math.floor(math.log2(target)))
+
+
+def _too_few_message(index: faiss.Index, n: int, need: int) -> str:
+    factory = _factory_string(index) or type(_unwrap(index)).__name__
+    msg = (
+        f"index {factory!r} needs at least {need} training vectors, got {n}. "
+    )
+    ivf = _ivf(index)
+    if ivf is not None and n < ivf.nlist:
+        nlist = _suggest_nlist(n)
+        smaller = re.sub(r"IVF\d+", f"IVF{nlist}", factory, count=1)
+        msg += (
+            f"IVF with nlist={ivf.nlist} needs one training vector per list; use a smaller nlist, "
+            f"e.g. {smaller!r} (rule of thumb: nlist ~ 4*sqrt(n) with >= {_POINTS_PER_CENTROID} "
+            "vectors per list), or use 'Flat'/'HNSW32' for small catalogs."
+        )
+    else:
+        fewer_bits = re.sub(r"PQ(\d+)(x\d+)?", r"PQ\1x4", factory, count=1)
+        hint = f"e.g. {fewer_bits!r}" if fewer_bits != factory else "e.g. 'PQ16x4'"
+        msg += (
+            "Product quantizers need 2**nbits training vectors per codebook (256 for the default "
+            f"8-bit codes); add more data or use fewer bits, {hint}."
+        )
+    return msg
+
+
+def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
+    """Add ``vectors`` (n, d) under entry ``ids`` (n,), training first when needed.
+
+    Training (for IVF/PQ factories) happens only while the index is untrained and
+    uses the vectors of this call, so pass a representative batch the first time.
+
+    Raises:
+        ValueError: shape/dtype mismatch, duplicate ids (within the batch or already
+            stored), or too few vectors to train this structure.
+    """
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != index.d:
+        raise ValueError(f"vectors must have shape (n, {index.d}), got {np.shape(vectors)}")
+    id_arr = np.ascontiguousarray(ids)
+    if id_arr.ndim != 1 or id_arr.shape[0] != x.shape[0]:
+        raise ValueError(f"ids must have shape ({x.shape[0]},), got {id_arr.shape}")
+    if id_arr.size and not np.issubdtype(id_arr.dtype, np.integer):
+        raise ValueError(f"ids must be integers, got dtype {id_arr.dtype}")
+    id_arr = id_arr.astype(np.int64, copy=False)
+    n = x.shape[0]
+    if n == 0:
+        return
+    # IndexIDMap2 keeps an id -> position map; duplicates would make ids ambiguous.
+    if np.unique(id_arr).size != n:
+        raise ValueError("ids contain duplicates")
+    if index.ntotal and _id_map_wrapper(index) is not None:
+        clash = np.isin(id_arr, index_ids(index))
+        if clash.any():
+            raise ValueError(f"{int(clash.sum())} ids already in the index, e.g. {int(id_arr[clash][0])}")
+    if needs_training(index):
+        need = min_training_vectors(index)
+        if n < need:
+            raise ValueError(_too_few_message(index, n, need))
+        try:
+            index.train(x)
+        except RuntimeError as exc:
+            if "training points" in str(exc) or "should be at least" in str(exc):
+                raise ValueError(f"{_too_few_message(index, n, need)} (FAISS: {_faiss_reason(exc)})") from exc
+            raise
+    index.add_with_ids(x, id_arr)
+
+
+def set_search_params(
+    index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None
+) -> None:
+    """Set search-time knobs; ``None`` leaves a parameter unchanged.
+
+    ``nprobe`` applies to IVF indexes (clamped to ``nlist``), ``ef_search`` to HNSW
+    graphs (including an HNSW coarse quantizer); parameters that do not apply to this
+    structure are ignored. Both are persisted by :func:`save_atomic`.
+    """
+    if nprobe is not None:
+        if nprobe < 1:
+            raise ValueError(f"nprobe must be >= 1, got {nprobe}")
+        if is_gpu_index(index):  # GPU indexes are reached through the GPU parameter space
+            _gpu_set_parameter(index, "nprobe", nprobe)
+        else:
+            ivf = _ivf(index)
+            if ivf is not None:
+                ivf.nprobe = int(min(nprobe, ivf.nlist))
+    if ef_search is not None:
+        if ef_search < 1:
+            raise ValueError(f"ef_search must be >= 1, got {ef_search}")
+        hnsw = _hnsw(index)
+        if hnsw is not None:
+            hnsw.efSearch = int(ef_search)
+        ivf = _ivf(index) if not is_gpu_index(index) else None
+        if ivf is not None:
+            quantizer_hnsw = getattr(_downcast(ivf.quantizer), "hnsw", None)
+            if quantizer_hnsw is not None:
+                quantizer_hnsw.efSearch = int(ef_search)
+
+
+def _gpu_set_parameter(index: faiss.Index, name: str, value: int) -> None:
+    space_cls = getattr(faiss, "GpuParameterSpace", None)
+    if space_cls is None:  # pragma: no cover - GPU index without GPU build cannot happen
+        return
+    try:
+        space_cls().set_index_parameter(index, name, value)
+    except RuntimeError as exc:  # pragma: no cover - GPU only
+        log.debug("could not set %s on GPU index: %s", name, exc)
+
+
+# --------------------------------------------------------------------------------------
+# GPU / CPU
+# --------------------------------------------------------------------------------------
+
+
+def to_gpu(index: faiss.Index, ngpu: int = -1) -> faiss.Index:
+    """Copy the index to GPU(s) (all of them for ``ngpu=-1``, replicated).
+
+    Returns ``index`` unchanged when FAISS has no GPU support, no GPU is visible,
+    ``ngpu == 0``, the index is already on GPU, or the structure has no GPU
+    implementation (e.g. HNSW; a warning is logged).
+    """
+    if ngpu == 0 or not hasattr(faiss, "StandardGpuResources"):
+        return index
+    try:
+        available = int(faiss.get_num_gpus())
+    except Exception:  # noqa: BLE001 - treat an unusable GPU runtime as "no GPU"
+        return index
+    if available <= 0 or is_gpu_index(index):
+        return index
+    count = available if ngpu < 0 else min(int(ngpu), available)
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = False  # replicate: every GPU answers every query
+    try:
+        # index_cpu_to_all_gpus creates and keeps references to the GPU resources.
+        return faiss.index_cpu_to_all_gpus(index, co=options, ngpu=count)
+    except RuntimeError as exc:
+        log.warning("keeping index on CPU, GPU copy failed: %s", _faiss_reason(exc))
+        return index
+
+
+def to_cpu(index: faiss.Index) -> faiss.Index:
+    """A CPU copy of a GPU index (for saving); CPU indexes are returned as-is."""
+    if is_gpu_index(index) and hasattr(faiss, "index_gpu_to_cpu"):
+        return faiss.index_gpu_to_cpu(index)
+    return index
+
+
+# --------------------------------------------------------------------------------------
+# Search and introspection
+# --------------------------------------------------------------------------------------
+
+
+def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` search for each query row.
+
+    ``k`` is clamped to ``index.ntotal`` (so an index with 3 vectors returns 3
+    columns for k=10; an empty index returns 0 columns). A 1-D query is treated as
+    one row.
+
+    Returns:
+        ``(scores, ids)``: float32 and int64 arrays of shape ``(n_queries, k')``, best
+        first. Where FAISS finds fewer than ``k'`` results (IVF with few probed lists,
+        HNSW on tiny graphs) the remaining slots have id ``-1`` and score ``-FLT_MAX``
+        (inner product) / ``+FLT_MAX`` (L2), exactly as FAISS returns them.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    if q.ndim == 1:
+        q = q.reshape(1, -1)
+    if q.ndim != 2 or q.shape[1] != index.d:
+        raise ValueError(f"queries must have shape (n, {index.d}), got {np.shape(queries)}")
+    k_eff = int(min(int(k), index.ntotal))
+    if k_eff == 0 or q.shape[0] == 0:
+        return np.empty((q.shape[0], k_eff), np.float32), np.empty((q.shape[0], k_eff), np.int64)
+    scores, ids = index.search(q, k_eff)
+    return np.asarray(scores, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+
+
+def index_ids(index: faiss.Index) -> np.ndarray:
+    """The entry ids stored in the index (int64, insertion order).
+
+    Raises:
+        TypeError: the index has no id map (not built by :func:`make_index`).
+    """
+    wrapper = _id_map_wrapper(index)
+    if wrapper is None:
+        raise TypeError(f"{type(_downcast(index)).__name__} has no id map; build indexes with make_index()")
+    return faiss.vector_to_array(wrapper.id_map).astype(np.int64, copy=False)
+
+
+def describe(index: faiss.Index) -> dict[str, Any]:
+    """Summary for logs and the CLI.
+
+    Keys: ``ntotal``, ``dim``, ``factory`` (factory string of the wrapped structure,
+    None when it cannot be recovered), ``is_trained``, ``metric`` (``"ip"``/``"l2"``/
+    other FAISS metric number), ``on_gpu``, ``type`` (FAISS class), plus ``nprobe``
+    / ``nlist`` for IVF and ``ef_search`` for HNSW.
+    """
+    metric_names = {v: k for k, v in _METRICS.items()}
+    info: dict[str, Any] = {
+        "ntotal": int(index.ntotal),
+        "dim": int(index.d),
+        "factory": _factory_string(index),
+        "is_trained": bool(index.is_trained),
+        "metric": metric_names.get(int(index.metric_type), int(index.metric_type)),
+        "on_gpu": is_gpu_index(index),
+        "type": type(_unwrap(index)).__name__,
+    }
+    cpu = to_cpu(index) if info["on_gpu"] else index
+    ivf = _ivf(cpu)
+    if ivf is not None:
+        info["nlist"] = int(ivf.nlist)
+        info["nprobe"] = int(ivf.nprobe)
+    hnsw = _hnsw(cpu)
+    if hnsw is not None:
+        info["ef_search"] = int(hnsw.efSearch)
+    return info
+
+
+# --------------------------------------------------------------------------------------
+# Persistence
+# --------------------------------------------------------------------------------------
+
+
+def _fsync_dir(directory: str) -> None:
+    """fsync a directory so a rename inside it is durable (no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_atomic(index: faiss.Index, path: PathLike) -> None:
+    """Write the index so readers see either the old file or the complete new one.
+
+    The index (copied to CPU first when on GPU) is written to a temporary file in the
+    same directory, fsynced, then moved over ``path`` with ``os.replace`` (atomic on
+    POSIX and Windows) and the directory is fsynced. On any error the temporary file
+    is removed and an existing ``path`` is left untouched.
+    """
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    os.makedirs(directory, exist_ok=True)
+    cpu_index = to_cpu(index)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        faiss.write_index(cpu_index, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        # mkstemp creates 0600 files; keep the old file's mode, or a normal 0644.
+        try:
+            mode = os.stat(target).st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def load(path: PathLike, *, gpu: bool = False) -> faiss.Index:
+    """Read an index written by :func:`save_atomic`; ``gpu=True`` moves it with :func:`to_gpu`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"no index file at {p}")
+    index = faiss.read_index(p)
+    return to_gpu(index) if gpu else index

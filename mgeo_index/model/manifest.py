@@ -1,0 +1,57 @@
+"""The small mgeo-index manifest stored beside Hugging Face model files, and model fingerprints."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+MANIFEST = "mgeo_index.json"
+# Files whose bytes define what a model computes; the fingerprint covers exactly these.
+_FINGERPRINT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "projection.safetensors", MANIFEST)
+
+
+class ModelError(Exception):
+    """A model directory is missing, incomplete or of the wrong kind."""
+
+
+def versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    from mgeo_index import __version__
+
+    return {"mgeo_index": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def write_manifest(path: str | Path, manifest: dict) -> None:
+    data = {**manifest, "versions": versions()}
+    (Path(path) / MANIFEST).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def read_manifest(path: str | Path, kind: str) -> dict:
+    """Read the manifest; a plain Hugging Face checkpoint without one gets defaults for ``kind``."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise ModelError(
+            f"{path} is not a model directory (no config.json). Pass a directory written by "
+            "`mgeo-index train` or a Hugging Face checkpoint saved with save_pretrained()."
+        )
+    file = path / MANIFEST
+    manifest = json.loads(file.read_text()) if file.exists() else {"kind": kind}
+    if manifest.get("kind", kind) != kind:
+        raise ModelError(f"{path} holds a {manifest['kind']} model, but a {kind} model is needed here.")
+    return manifest
+
+
+def fingerprint(path: str | Path) -> str:
+    """A short content hash of the files that define the model's outputs."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    for name in _FINGERPRINT_FILES:
+        file = path / name
+        if file.exists():
+            digest.update(name.encode())
+            with file.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]

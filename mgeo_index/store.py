@@ -1,0 +1,418 @@
+"""Relational store: catalogs, their entries and index builds (SQLAlchemy 2 + Alembic).
+
+The schema is created and evolved only by the Alembic migrations in ``migrations/``
+(installed as ``mgeo_index.migrations``); :func:`connect` applies pending ones.  The
+models below mirror those migrations and serve queries and autogenerate.
+
+All functions take an :class:`~sqlalchemy.Engine` and open a short session or
+connection of their own.  Timestamps are naive UTC.  An entry's ``id`` doubles as
+its FAISS vector id, so ids are never reused (``AUTOINCREMENT`` on SQLite).
+"""
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.pool import StaticPool
+
+# SQLite's default limit on bound parameters is 32766 (>= 3.32); stay far below it.
+_IN_CHUNK = 900
+BUILD_STATUSES = ("running", "complete", "failed")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Catalog(Base):
+    __tablename__ = "catalogs"
+    __table_args__ = (UniqueConstraint("name", name="uq_catalogs_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), nullable=False)
+    source: Mapped[str | None] = mapped_column(Text)
+    address_column: Mapped[str | None] = mapped_column(String(255))
+    id_column: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+
+
+class Entry(Base):
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("catalog_id", "key", name="uq_entries_catalog_key"),
+        Index("ix_entries_catalog_id", "catalog_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    catalog_id: Mapped[int] = mapped_column(
+        Integer,
+        ForeignKey("catalogs.id", name="fk_entries_catalog_id", ondelete="CASCADE"),
+        nullable=False,
+    )
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    source_id: Mapped[str | None] = mapped_column(Text)
+    address: Mapped[str] = mapped_column(Text, nullable=False)
+    normalized: Mapped[str] = mapped_column(Text, nullable=False)
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    line: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+
+
+class Build(Base):
+    __tablename__ = "builds"
+    __table_args__ = (Index("ix_builds_catalog_id", "catalog_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    catalog_id: Mapped[int] = mapped_column(
+        Integer,
+        ForeignKey("catalogs.id", name="fk_builds_catalog_id", ondelete="CASCADE"),
+        nullable=False,
+    )
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="running")
+    model_fingerprint: Mapped[str | None] = mapped_column(String(255))
+    index_factory: Mapped[str | None] = mapped_column(String(255))
+    index_path: Mapped[str | None] = mapped_column(Text)
+    rows_read: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    rows_inserted: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    rows_skipped: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    rows_rejected: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    entries_total: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    vectors_total: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    seconds: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    stats: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+def migrations_dir() -> Path:
+    """Directory of the Alembic scripts: the installed package, else the source checkout."""
+    try:
+        location = Path(str(importlib.resources.files("mgeo_index.migrations")))
+        if (location / "env.py").is_file():
+            return location
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An in-code Alembic config (no alembic.ini) pointing at our migrations and ``url``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    # ConfigParser interpolates '%', which URL-encoded passwords may contain.
+    cfg.set_main_option("sqlalchemy.url", str(url).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    """The database's Alembic revision, or None for an unmigrated database."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def _is_sqlite_memory(url: str) -> bool:
+    u = make_url(url)
+    return u.get_backend_name() == "sqlite" and (u.database in (None, "", ":memory:") or "mode=memory" in str(u))
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")  # ignored (stays 'memory') for in-memory DBs
+    finally:
+        cursor.close()
+
+
+def connect(url: str) -> Engine:
+    """Engine for ``url`` with all migrations applied.
+
+    SQLite: the database file's directory is created, and every connection gets
+    ``foreign_keys=ON`` and WAL journaling.  An in-memory SQLite database lives in
+    a single shared connection (StaticPool), migrated through that connection.
+    """
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        upgrade(url)
+        return create_engine(url, pool_pre_ping=True)
+
+    memory = _is_sqlite_memory(url)
+    if not memory and u.database and not u.database.startswith("file:"):
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if memory:
+        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        # Migrate first through a private engine (see migrations/env.py), then hook pragmas.
+        upgrade(url)
+        engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_pragmas)
+    if memory:
+        cfg = alembic_config(url)
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    return engine
+
+
+# --------------------------------------------------------------------------- catalogs
+
+
+def get_or_create_catalog(
+    engine: Engine, name: str, *, source: str | None, address_column: str | None, id_column: str | None
+) -> int:
+    """Id of catalog ``name``, creating it if needed; source and columns are updated either way."""
+    with Session(engine) as session, session.begin():
+        catalog = session.scalar(select(Catalog).where(Catalog.name == name))
+        if catalog is None:
+            catalog = Catalog(name=name)
+            session.add(catalog)
+        catalog.source = None if source is None else str(source)
+        catalog.address_column = address_column
+        catalog.id_column = id_column
+        session.flush()
+        return catalog.id
+
+
+def catalog_id(engine: Engine, name: str) -> int | None:
+    with Session(engine) as session:
+        return session.scalar(select(Catalog.id).where(Catalog.name == name))
+
+
+# --------------------------------------------------------------------------- entries
+
+_ENTRY_FIELDS = ("key", "source_id", "address", "normalized", "extra", "line")
+
+
+def insert_entries(engine: Engine, catalog_id: int, rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """Insert rows whose ``(catalog_id, key)`` is new; return ``(inserted, skipped)``.
+
+    Idempotent: rows already present (or repeated within ``rows``; the first wins)
+    count as skipped.  SQLite and PostgreSQL use ``INSERT .. ON CONFLICT DO NOTHING
+    RETURNING id`` in one batched statement; other dialects pre-select existing keys.
+    """
+    unique: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        unique.setdefault(row["key"], row)
+    now = _utcnow()
+    params = [
+        {"catalog_id": catalog_id, "created_at": now, **{f: row.get(f) for f in _ENTRY_FIELDS}}
+        for row in unique.values()
+    ]
+    if not params:
+        return 0, len(rows)
+
+    with engine.begin() as conn:
+        if conn.dialect.name in ("sqlite", "postgresql"):
+            inserted = _insert_ignoring_conflicts(conn, params)
+        else:
+            inserted = _insert_missing(conn, catalog_id, params)
+    return inserted, len(rows) - inserted
+
+
+def _insert_ignoring_conflicts(conn: Connection, params: list[dict[str, Any]]) -> int:
+    """``INSERT .. ON CONFLICT (catalog_id, key) DO NOTHING RETURNING id``; the rows
+    returned are the ones actually inserted (batched by SQLAlchemy's insertmanyvalues)."""
+    table = Entry.__table__
+    insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
+    stmt = insert(table).on_conflict_do_nothing(index_elements=["catalog_id", "key"]).returning(table.c.id)
+    return len(conn.execute(stmt, params).all())
+
+
+def _insert_missing(conn: Connection, catalog_id: int, params: list[dict[str, Any]]) -> int:
+    """Portable fallback: look up which keys exist, insert the others."""
+    keys = [p["key"] for p in params]
+    existing: set[str] = set()
+    for i in range(0, len(keys), _IN_CHUNK):
+        existing.update(
+            conn.scalars(select(Entry.key).where(Entry.catalog_id == catalog_id, Entry.key.in_(keys[i : i + _IN_CHUNK])))
+        )
+    fresh = [p for p in params if p["key"] not in existing]
+    if fresh:
+        conn.execute(Entry.__table__.insert(), fresh)
+    return len(fresh)
+
+
+def count_entries(engine: Engine, catalog_id: int) -> int:
+    with engine.connect() as conn:
+        return int(conn.scalar(select(func.count()).select_from(Entry).where(Entry.catalog_id == catalog_id)) or 0)
+
+
+def entry_ids(engine: Engine, catalog_id: int) -> np.ndarray:
+    """All entry ids of the catalog, ascending, as an int64 array."""
+    with engine.connect() as conn:
+        result = conn.execution_options(yield_per=50_000).scalars(
+            select(Entry.id).where(Entry.catalog_id == catalog_id).order_by(Entry.id)
+        )
+        return np.fromiter(result, dtype=np.int64)
+
+
+def iter_entries(
+    engine: Engine, catalog_id: int, ids: Iterable[int] | None = None, batch_size: int = 5000
+) -> Iterator[list[dict[str, Any]]]:
+    """Yield batches of ``{"id", "address", "normalized"}`` dicts in ascending id order.
+
+    Keyset pagination (``id > last``) keeps each query cheap; with ``ids`` only those
+    entries (of this catalog) are read.  No connection is held between batches.
+    """
+    columns = (Entry.id, Entry.address, Entry.normalized)
+    if ids is None:
+        last = -1
+        while True:
+            stmt = (
+                select(*columns)
+                .where(Entry.catalog_id == catalog_id, Entry.id > last)
+                .order_by(Entry.id)
+                .limit(batch_size)
+            )
+            with engine.connect() as conn:
+                batch = [dict(r._mapping) for r in conn.execute(stmt)]
+            if not batch:
+                return
+            last = batch[-1]["id"]
+            yield batch
+            if len(batch) < batch_size:
+                return
+    else:
+        wanted = sorted({int(i) for i in ids})
+        step = min(batch_size, _IN_CHUNK)
+        pending: list[dict[str, Any]] = []
+        for i in range(0, len(wanted), step):
+            stmt = (
+                select(*columns)
+                .where(Entry.catalog_id == catalog_id, Entry.id.in_(wanted[i : i + step]))
+                .order_by(Entry.id)
+            )
+            with engine.connect() as conn:
+                pending.extend(dict(r._mapping) for r in conn.execute(stmt))
+            while len(pending) >= batch_size:
+                yield pending[:batch_size]
+                pending = pending[batch_size:]
+        if pending:
+            yield pending
+
+
+def get_entries(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Entries by id (any catalog); ids that do not exist are absent from the result."""
+    columns = (Entry.id, Entry.catalog_id, Entry.source_id, Entry.address, Entry.normalized, Entry.extra)
+    wanted = list(dict.fromkeys(int(i) for i in ids))
+    out: dict[int, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(wanted), _IN_CHUNK):
+            for r in conn.execute(select(*columns).where(Entry.id.in_(wanted[i : i + _IN_CHUNK]))):
+                out[r.id] = dict(r._mapping)
+    return out
+
+
+# --------------------------------------------------------------------------- builds
+
+_BUILD_FIELDS = frozenset(c.key for c in Build.__table__.columns) - {"id", "catalog_id", "started_at"}
+
+
+def _as_dict(obj: Base) -> dict[str, Any]:
+    return {c.key: getattr(obj, c.key) for c in obj.__table__.columns}
+
+
+def start_build(engine: Engine, catalog_id: int, *, model_fingerprint: str, index_factory: str) -> int:
+    with Session(engine) as session, session.begin():
+        build = Build(
+            catalog_id=catalog_id,
+            status="running",
+            model_fingerprint=model_fingerprint,
+            index_factory=index_factory,
+        )
+        session.add(build)
+        session.flush()
+        return build.id
+
+
+def _update_build(engine: Engine, build_id: int, values: dict[str, Any]) -> None:
+    unknown = set(values) - _BUILD_FIELDS
+    if unknown:
+        raise TypeError(f"unknown build field(s): {', '.join(sorted(unknown))}")
+    if values.get("status", "running") not in BUILD_STATUSES:
+        raise ValueError(f"build status must be one of {BUILD_STATUSES}, got {values['status']!r}")
+    with engine.begin() as conn:
+        result = conn.execute(update(Build).where(Build.id == build_id).values(**values))
+        if result.rowcount == 0:
+            raise LookupError(f"no build with id {build_id}")
+
+
+def finish_build(engine: Engine, build_id: int, **fields: Any) -> None:
+    """Mark the build complete (``finished_at`` = now) and store the given columns."""
+    _update_build(engine, build_id, {"status": "complete", "finished_at": _utcnow(), **fields})
+
+
+def fail_build(engine: Engine, build_id: int, error: str) -> None:
+    _update_build(engine, build_id, {"status": "failed", "finished_at": _utcnow(), "error": error})
+
+
+def latest_build(engine: Engine, catalog_id: int) -> dict[str, Any] | None:
+    """The most recent *complete* build of the catalog, as a dict of its columns."""
+    with Session(engine) as session:
+        build = session.scalar(
+            select(Build)
+            .where(Build.catalog_id == catalog_id, Build.status == "complete")
+            .order_by(Build.id.desc())
+            .limit(1)
+        )
+        return None if build is None else _as_dict(build)
+
+
+def list_builds(engine: Engine, catalog_id: int | None = None) -> list[dict[str, Any]]:
+    """All builds (of one catalog, if given), oldest first."""
+    stmt = select(Build).order_by(Build.id)
+    if catalog_id is not None:
+        stmt = stmt.where(Build.catalog_id == catalog_id)
+    with Session(engine) as session:
+        return [_as_dict(b) for b in session.scalars(stmt)]

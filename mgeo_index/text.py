@@ -1,0 +1,24 @@
+"""Text normalization applied before every encode, index and comparison.
+
+Kept deliberately conservative: it must be idempotent (normalize(normalize(x)) == normalize(x))
+and must never drop information that distinguishes two addresses (numbers, letters, CJK).
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_SPACE = re.compile(r"\s+")
+# Punctuation that carries no address meaning; hyphens, '#', '/' and parentheses are kept
+# because they separate numbers (3-2-501, 7#, 12/F) and mark sub-locations.
+_NOISE = re.compile(r"[\"'`~!！@$%^&*_=+|\\;:；：,，。、?？<>《》「」『』【】\[\]{}·…]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def normalize(text: str) -> str:
+    """NFKC (full-width → half-width), lowercase, drop control chars, noise punctuation and spaces."""
+    text = unicodedata.normalize("NFKC", text)
+    text = _CONTROL.sub("", text)
+    text = _NOISE.sub("", text)
+    text = _SPACE.sub("", text)
+    return text.lower()

@@ -1,0 +1,122 @@
+"""Training data assembled from ``../shared/data`` (read in place, never copied).
+
+Splits are carved by a stable hash of the query (CCKS: query_id; Shenzhen: addr1) so that no
+query appears on both sides: buckets 0–14 → ``dev`` (reported), 15–19 → ``calib`` (temperature
+fitting), 20–99 → ``train``.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgeo_index.settings import LABELS
+
+
+@dataclass(frozen=True)
+class Pair:
+    group: str  # the query's id: pairs of one group always share a split
+    a: str
+    b: str
+    label: str  # one of LABELS
+
+
+def split_of(group: str) -> str:
+    bucket = int(hashlib.md5(group.encode()).hexdigest(), 16) % 100
+    return "dev" if bucket < 15 else "calib" if bucket < 20 else "train"
+
+
+def _read_tsv(path: Path) -> Iterator[dict]:
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+        yield from csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+
+
+def ccks_pairs(data_dir: Path) -> list[Pair]:
+    return [
+        Pair(row["query_id"], row["query"], row["candidate"], row["label"])
+        for row in _read_tsv(data_dir / "pairs" / "ccks2021_train.tsv.gz")
+        if row["label"] in LABELS and row["query"] and row["candidate"]
+    ]
+
+
+def shenzhen_pairs(data_dir: Path) -> list[Pair]:
+    """Shenzhen binary labels: 1 → exact_match (same place), 0 → not_match."""
+    return [
+        Pair(row["addr1"], row["addr1"], row["addr2"], "exact_match" if row["label"] == "1" else "not_match")
+        for row in _read_tsv(data_dir / "pairs" / "shenzhen_val.tsv.gz")
+    ]
+
+
+def ccks_catalog(data_dir: Path) -> list[str]:
+    return [row["text"] for row in _read_tsv(data_dir / "catalog" / "ccks2021_poi_candidates.tsv.gz")]
+
+
+def shenzhen_catalog(data_dir: Path) -> list[str]:
+    with gzip.open(data_dir / "catalog" / "shenzhen_standard_addresses.txt.gz", "rt", encoding="utf-8") as fh:
+        return [line.strip() for line in fh if line.strip()]
+
+
+def tagged_addresses(data_dir: Path) -> list[dict]:
+    rows = []
+    for name in ("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz"):
+        with gzip.open(data_dir / "catalog" / name, "rt", encoding="utf-8") as fh:
+            rows.extend(json.loads(line) for line in fh if line.strip())
+    return rows
+
+
+def admin_addresses(data_dir: Path, rng: random.Random, limit: int = 40000) -> list[str]:
+    """Synthetic addresses from the official tree: province + city + county + town (names only)."""
+    with gzip.open(data_dir / "admin" / "jionlp_4level.csv.gz", "rt", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["level"] == "4"]
+    rng.shuffle(rows)
+    out = []
+    for r in rows[:limit]:
+        parts = [r["province"], r["city"], r["county"], r["name"]]
+        if rng.random() < 0.3:
+            parts = parts[1:]
+        out.append("".join(dict.fromkeys(p for p in parts if p)))
+    return out
+
+
+def corpus(data_dir: Path, rng: random.Random) -> list[str]:
+    """All address text available, for the vocabulary and masked-language pretraining."""
+    texts: list[str] = []
+    for pair in ccks_pairs(data_dir) + shenzhen_pairs(data_dir):
+        if split_of(pair.group) == "train":
+            texts.extend((pair.a, pair.b))
+    texts += ccks_catalog(data_dir) + shenzhen_catalog(data_dir)
+    texts += [row["text"] for row in tagged_addresses(data_dir) if row.get("split", "train") == "train"]
+    texts += admin_addresses(data_dir, rng)
+    return list(dict.fromkeys(t for t in texts if t))
+
+
+_ADMIN_SUFFIX = ("省", "市", "区", "县", "自治区", "自治州")
+_DETAIL = {"floorno", "roomno", "cellno", "subpoi"}
+
+
+def augment_tagged(elements: list[list[str]], rng: random.Random) -> tuple[str, str]:
+    """(messy view, clean view) of one tagged address: admin levels dropped or abbreviated, details cut."""
+    clean = [(label, span) for label, span in elements if label != "redundant"]
+    messy = []
+    drop_upper = rng.random() < 0.6
+    for label, span in clean:
+        if label in ("prov", "city") and drop_upper and rng.random() < 0.7:
+            continue
+        if label == "district" and rng.random() < 0.25:
+            continue
+        if label in ("town", "community") and rng.random() < 0.2:
+            continue
+        if label in _DETAIL and rng.random() < 0.3:
+            continue
+        if label in ("prov", "city", "district") and rng.random() < 0.4:
+            for suffix in _ADMIN_SUFFIX:
+                if span.endswith(suffix) and len(span) > len(suffix) + 1:
+                    span = span[: -len(suffix)]
+                    break
+        messy.append(span)
+    return "".join(messy), "".join(span for _, span in clean)

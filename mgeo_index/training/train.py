@@ -1,0 +1,371 @@
+"""`mgeo-index train`: tokenizer → masked-LM pretraining → bi-encoder → cross-encoder → calibration → eval.
+
+Each stage writes its output directory when it finishes; re-running the command skips finished
+stages, so an interrupted training resumes at the stage it was in. Stages are bounded by wall-clock
+budgets (minutes) rather than step counts so the whole recipe fits the machine it runs on; the
+steps actually taken are recorded in ``metrics.json``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
+
+from mgeo_index import engine
+from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
+from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
+from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
+from mgeo_index.model.tokenizer import SPECIAL_TOKENS, build_char_tokenizer
+from mgeo_index.settings import LABELS
+from mgeo_index.text import normalize
+from mgeo_index.training import data
+
+
+@dataclass
+class TrainConfig:
+    data_dir: Path
+    out: Path
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    intermediate: int = 1024
+    mlm_minutes: float = 12.0
+    bi_minutes: float = 10.0
+    cross_minutes: float = 18.0
+    mlm_batch: int = 128
+    bi_batch: int = 96
+    cross_batch: int = 64
+    mlm_lr: float = 5e-4
+    bi_lr: float = 2e-4
+    cross_lr: float = 1e-4
+    bi_max_length: int = 64
+    cross_max_length: int = 128
+    precision: str = "bf16"  # autocast dtype for training on CPU ("fp32" to disable)
+    seed: int = 0
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+
+def _autocast(cfg: TrainConfig):
+    return engine._autocast("cpu" if not torch.cuda.is_available() else "cuda", cfg.precision)
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def lr_at(elapsed: float, budget: float, peak: float, warmup: float = 0.05) -> float:
+    """Linear warm-up over the first ``warmup`` of the budget, then linear decay to 10%."""
+    frac = min(elapsed / budget, 1.0)
+    if frac < warmup:
+        return peak * max(frac / warmup, 0.01)
+    return peak * (1.0 - 0.9 * (frac - warmup) / (1.0 - warmup))
+
+
+def _timed_loop(name: str, minutes: float, peak_lr: float, optimizer, step_fn, log) -> int:
+    """Run ``step_fn()`` (returns the loss) until the budget is spent; returns the number of steps."""
+    budget = minutes * 60.0
+    start = time.perf_counter()
+    step, running = 0, None
+    while (elapsed := time.perf_counter() - start) < budget:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(elapsed, budget, peak_lr)
+        loss = step_fn()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
+        optimizer.step()
+        step += 1
+        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        if step % 50 == 0:
+            log(f"[{name}] step {step} loss {running:.4f} ({elapsed / 60:.1f}/{minutes:.0f} min)")
+    return step
+
+
+def _bert_config(cfg: TrainConfig, tokenizer) -> BertConfig:
+    return BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        intermediate_size=cfg.intermediate,
+        max_position_embeddings=max(cfg.cross_max_length, cfg.bi_max_length),
+        type_vocab_size=2,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def mask_spans(input_ids: torch.Tensor, special: torch.Tensor, tokenizer, rng: random.Random, rate: float = 0.15):
+    """Whole-span masking (spans of 1–4 characters) of ``rate`` of each row's real tokens; 80/10/10."""
+    labels = torch.full_like(input_ids, -100)
+    ids = input_ids.clone()
+    for row in range(ids.shape[0]):
+        positions = (~special[row]).nonzero().flatten().tolist()
+        if not positions:
+            continue
+        target = max(1, round(rate * len(positions)))
+        chosen: set[int] = set()
+        while len(chosen) < target:
+            start = rng.randrange(len(positions))
+            span = min(rng.choice((1, 1, 2, 2, 3, 4)), target - len(chosen))
+            chosen.update(positions[start : start + span])
+        for pos in chosen:
+            labels[row, pos] = ids[row, pos]
+            roll = rng.random()
+            if roll < 0.8:
+                ids[row, pos] = tokenizer.mask_token_id
+            elif roll < 0.9:
+                ids[row, pos] = rng.randrange(len(SPECIAL_TOKENS), len(tokenizer))
+    return ids, labels
+
+
+def stage_tokenizer(cfg: TrainConfig, texts: list[str]):
+    path = cfg.out / "work" / "tokenizer"
+    if (path / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(path)
+    tokenizer = build_char_tokenizer((normalize(t) for t in texts), min_freq=2)
+    tokenizer.save_pretrained(path)
+    cfg.log(f"[tokenizer] {len(tokenizer)} tokens")
+    return tokenizer
+
+
+def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict]:
+    path = cfg.out / "work" / "mlm"
+    if (path / "config.json").exists():
+        return path, json.loads((path / "stage.json").read_text())
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = BertForMaskedLM(_bert_config(cfg, tokenizer)).to(_device()).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
+    texts = [normalize(t) for t in texts]
+    order: list[int] = []
+    accuracy = []
+
+    def step():
+        nonlocal order
+        if len(order) < cfg.mlm_batch:
+            order = list(range(len(texts)))
+            rng.shuffle(order)
+        batch = [texts[order.pop()] for _ in range(cfg.mlm_batch)]
+        enc = tokenizer(batch, padding=True, truncation=True, max_length=cfg.bi_max_length,
+                        return_tensors="pt", return_special_tokens_mask=True)
+        special = enc.pop("special_tokens_mask").bool() | ~enc["attention_mask"].bool()
+        ids, labels = mask_spans(enc["input_ids"], special, tokenizer, rng)
+        with _autocast(cfg):
+            out = model(input_ids=ids.to(_device()), attention_mask=enc["attention_mask"].to(_device()),
+                        labels=labels.to(_device()))
+        picked = labels != -100
+        accuracy.append(float((out.logits.argmax(-1).cpu()[picked] == labels[picked]).float().mean()))
+        return out.loss
+
+    steps = _timed_loop("mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log)
+    model.bert.save_pretrained(path)  # the encoder only; heads are task-specific
+    stats = {"steps": steps, "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None}
+    (path / "stage.json").write_text(json.dumps(stats))
+    cfg.log(f"[mlm] {stats}")
+    return path, stats
+
+
+def _bi_examples(cfg: TrainConfig, pairs: list[data.Pair], tagged: list[dict]):
+    """Positive pairs (query, target) with an optional hard negative, from three sources."""
+    by_group: dict[str, list[data.Pair]] = {}
+    for p in pairs:
+        if data.split_of(p.group) == "train":
+            by_group.setdefault(p.group, []).append(p)
+    labeled = []
+    for group in by_group.values():
+        negatives = [p.b for p in group if p.label == "not_match"]
+        for p in group:
+            if p.label == "exact_match":
+                labeled.append((p.a, p.b, negatives))
+    tagged = [t for t in tagged if t.get("split", "train") == "train" and t.get("elements")]
+    return labeled, tagged
+
+
+def stage_bi(cfg: TrainConfig, tokenizer, mlm_path: Path, pairs: list[data.Pair], tagged: list[dict]) -> dict:
+    path = cfg.out / "bi"
+    if (path / "mgeo_index.json").exists():
+        return json.loads((cfg.out / "work" / "bi_stage.json").read_text())
+    rng = random.Random(cfg.seed + 1)
+    torch.manual_seed(cfg.seed + 1)
+    encoder = BertModel.from_pretrained(mlm_path, add_pooling_layer=False)
+    model = BiEncoder(encoder, tokenizer, pooling="mean", max_length=cfg.bi_max_length).to(_device()).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.bi_lr, weight_decay=0.01)
+    labeled, tagged = _bi_examples(cfg, pairs, tagged)
+    cfg.log(f"[bi] {len(labeled)} labeled positives, {len(tagged)} tagged addresses for augmentation")
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        enc = tokenizer([normalize(t) for t in texts], padding=True, truncation=True,
+                        max_length=cfg.bi_max_length, return_tensors="pt")
+        enc = {k: v.to(_device()) for k, v in enc.items()}
+        return F.normalize(model(**enc).float(), dim=-1)
+
+    def step():
+        anchors, targets, negatives = [], [], []
+        for _ in range(cfg.bi_batch):
+            if rng.random() < 0.6:
+                a, b, negs = rng.choice(labeled)
+                if negs and len(negatives) < cfg.bi_batch // 2:
+                    negatives.append(rng.choice(negs))
+            else:
+                b, a = data.augment_tagged(rng.choice(tagged)["elements"], rng)
+            anchors.append(a)
+            targets.append(b)
+        with _autocast(cfg):
+            q = embed(anchors)  # (B, D)
+            d = embed(targets + negatives)  # (B + H, D)
+        logits = q @ d.T / 0.05  # in-batch negatives + hard negatives
+        labels = torch.arange(len(anchors), device=logits.device)
+        # symmetric InfoNCE: query→documents and document→queries (positives only)
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(anchors)].T, labels)) / 2
+
+    steps = _timed_loop("bi", cfg.bi_minutes, cfg.bi_lr, optimizer, step, cfg.log)
+    model.eval().cpu().save(path)
+    stats = {"steps": steps, "labeled_positives": len(labeled)}
+    (cfg.out / "work" / "bi_stage.json").write_text(json.dumps(stats))
+    return stats
+
+
+def _cross_examples(pairs: list[data.Pair], split: str) -> list[tuple[str, str, int]]:
+    return [(p.a, p.b, LABELS.index(p.label)) for p in pairs if data.split_of(p.group) == split]
+
+
+def stage_cross(cfg: TrainConfig, tokenizer, mlm_path: Path, pairs: list[data.Pair]) -> dict:
+    path = cfg.out / "work" / "cross_uncalibrated"
+    if (path / "mgeo_index.json").exists():
+        return json.loads((cfg.out / "work" / "cross_stage.json").read_text())
+    rng = random.Random(cfg.seed + 2)
+    torch.manual_seed(cfg.seed + 2)
+    config = BertConfig.from_pretrained(mlm_path, num_labels=len(LABELS),
+                                        id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)})
+    model = BertForSequenceClassification.from_pretrained(mlm_path, config=config).to(_device()).train()
+    cross = CrossEncoder(model, tokenizer, max_length=cfg.cross_max_length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.cross_lr, weight_decay=0.01)
+    train = _cross_examples(pairs, "train")
+    counts = Counter(label for *_, label in train)
+    # inverse-sqrt class weights: exact_match is rare (≈ 8% of CCKS) and is what users need most
+    weights = torch.tensor([(len(train) / (len(LABELS) * counts[i])) ** 0.5 for i in range(len(LABELS))])
+    cfg.log(f"[cross] {len(train)} training pairs, class counts {dict(counts)}, weights {weights.tolist()}")
+    order: list[int] = []
+
+    def step():
+        nonlocal order
+        if len(order) < cfg.cross_batch:
+            order = list(range(len(train)))
+            rng.shuffle(order)
+        batch = [train[order.pop()] for _ in range(cfg.cross_batch)]
+        # random swap of sides: the relation is symmetric for exact/not, near-symmetric for partial
+        firsts, seconds = zip(*[(a, b) if rng.random() < 0.8 else (b, a) for a, b, _ in batch])
+        enc = tokenizer([normalize(t) for t in firsts], [normalize(t) for t in seconds], padding=True,
+                        truncation=True, max_length=cfg.cross_max_length, return_tensors="pt")
+        labels = torch.tensor([label for *_, label in batch], device=_device())
+        with _autocast(cfg):
+            logits = cross(**{k: v.to(_device()) for k, v in enc.items()})
+        return F.cross_entropy(logits.float(), labels, weight=weights.to(_device()))
+
+    steps = _timed_loop("cross", cfg.cross_minutes, cfg.cross_lr, optimizer, step, cfg.log)
+    cross.eval().cpu().save(path)
+    stats = {"steps": steps, "train_pairs": len(train), "class_counts": {LABELS[k]: v for k, v in counts.items()}}
+    (cfg.out / "work" / "cross_stage.json").write_text(json.dumps(stats))
+    return stats
+
+
+def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
+    """Temperature minimizing the negative log-likelihood (golden-section search on log T)."""
+    logits_t = torch.tensor(logits, dtype=torch.float64)
+    gold_t = torch.tensor(gold)
+
+    def nll(log_t: float) -> float:
+        return float(F.cross_entropy(logits_t / math.exp(log_t), gold_t))
+
+    lo, hi = math.log(0.05), math.log(20.0)
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if nll(a) < nll(b):
+            hi = b
+        else:
+            lo = a
+    return math.exp((lo + hi) / 2)
+
+
+def _pair_logits(cross: CrossEncoder, examples) -> np.ndarray:
+    saved, cross.temperature = cross.temperature, 1.0
+    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    cross.temperature = saved
+    return np.log(np.clip(probs, 1e-12, None))  # log-softmax = logits up to a per-row constant
+
+
+def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair]) -> dict:
+    cross = load_cross_encoder(cfg.out / "work" / "cross_uncalibrated")
+    calib = _cross_examples(pairs, "calib")
+    temperature = fit_temperature(_pair_logits(cross, calib), np.array([g for *_, g in calib]))
+    cross.temperature = temperature
+    cross.save(cfg.out / "cross")
+    cfg.log(f"[calibrate] temperature {temperature:.3f} on {len(calib)} calibration pairs")
+    return {"temperature": temperature, "calibration_pairs": len(calib)}
+
+
+def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev") -> dict:
+    examples = _cross_examples(pairs, split)
+    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    gold = np.array([g for *_, g in examples])
+    report = classification_report(gold, probs.argmax(1), cross.labels)
+    report["ece"] = expected_calibration_error(probs, gold)
+    return report
+
+
+def evaluate_retrieval(bi: BiEncoder, pairs: list[data.Pair], catalog: list[str], split: str = "dev") -> dict:
+    """Dense retrieval of dev queries over the whole catalog; gold = the exact_match candidate."""
+    from mgeo_index import index as faiss_index
+
+    position = {text: i for i, text in enumerate(catalog)}
+    queries, gold = [], []
+    for p in pairs:
+        if p.label == "exact_match" and data.split_of(p.group) == split and p.b in position:
+            queries.append(p.a)
+            gold.append(position[p.b])
+    index = faiss_index.make_index(bi.dim, "Flat")
+    faiss_index.add(index, engine.encode(bi, [normalize(t) for t in catalog]), np.arange(len(catalog), dtype=np.int64))
+    _, ids = faiss_index.search(index, engine.encode(bi, [normalize(q) for q in queries]), 10)
+    return retrieval_report(ids, gold)
+
+
+def train(cfg: TrainConfig) -> dict:
+    torch.set_num_threads(max(torch.get_num_threads(), 1))
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    ccks = data.ccks_pairs(cfg.data_dir)
+    shenzhen = data.shenzhen_pairs(cfg.data_dir)
+    tagged = data.tagged_addresses(cfg.data_dir)
+    texts = data.corpus(cfg.data_dir, rng)
+    cfg.log(f"[data] {len(ccks)} CCKS pairs, {len(shenzhen)} Shenzhen pairs, {len(texts)} corpus texts")
+    tokenizer = stage_tokenizer(cfg, texts)
+    mlm_path, mlm_stats = stage_mlm(cfg, tokenizer, texts)
+    bi_stats = stage_bi(cfg, tokenizer, mlm_path, ccks + shenzhen, tagged)
+    cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen)
+    calib_stats = stage_calibrate(cfg, ccks + shenzhen)
+    bi = load_bi_encoder(cfg.out / "bi")
+    cross = load_cross_encoder(cfg.out / "cross")
+    metrics = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items() if k != "log"},
+        "stages": {"mlm": mlm_stats, "bi": bi_stats, "cross": cross_stats, "calibration": calib_stats},
+        "ccks_dev": evaluate_pairs(cross, ccks),
+        "shenzhen_dev": evaluate_pairs(cross, shenzhen),
+        "ccks_dev_retrieval": evaluate_retrieval(bi, ccks, data.ccks_catalog(cfg.data_dir)),
+        "parameters": {"bi": sum(p.numel() for p in bi.parameters()), "cross": sum(p.numel() for p in cross.parameters())},
+        "fingerprints": {"bi": bi.fingerprint, "cross": cross.fingerprint},
+        "minutes": (time.perf_counter() - started) / 60,
+    }
+    (cfg.out / "metrics.json").write_text(json.dumps(metrics, ensure_ascii=False, indent=2) + "\n")
+    return metrics

@@ -1,0 +1,212 @@
+"""FAISS index management: ids, training errors, search, GPU no-op and atomic saves."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from mgeo_index import index as I
+
+DIM = 32
+
+
+def _unit_vectors(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _entry_ids(n: int) -> np.ndarray:
+    return (1000 + 3 * np.arange(n)).astype(np.int64)  # non-contiguous entry ids
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return _unit_vectors(2000), _entry_ids(2000)
+
+
+@pytest.fixture(scope="module")
+def flat(data: tuple[np.ndarray, np.ndarray]) -> faiss.Index:
+    vectors, ids = data
+    index = I.make_index(DIM, "Flat")
+    I.add(index, vectors, ids)
+    return index
+
+
+def test_flat_returns_entry_ids(flat: faiss.Index, data: tuple[np.ndarray, np.ndarray]) -> None:
+    vectors, ids = data
+    assert np.array_equal(I.index_ids(flat), ids)
+    scores, found = I.search(flat, vectors[:50], k=5)
+    assert scores.dtype == np.float32 and found.dtype == np.int64
+    assert scores.shape == found.shape == (50, 5)
+    # Each vector's nearest neighbour (inner product = cosine) is itself.
+    assert np.array_equal(found[:, 0], ids[:50])
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    assert np.isin(found, ids).all()
+    assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+
+
+def test_make_index_wraps_in_idmap2_once() -> None:
+    assert isinstance(I.make_index(DIM, "Flat"), faiss.IndexIDMap2)
+    wrapped = I.make_index(DIM, "IDMap2,Flat")
+    assert isinstance(wrapped, faiss.IndexIDMap2)
+    assert not isinstance(faiss.downcast_index(wrapped.index), faiss.IndexIDMap)
+    assert I.make_index(DIM, "Flat", metric="l2").metric_type == faiss.METRIC_L2
+
+
+def test_save_atomic_load_round_trip(tmp_path: Path, flat: faiss.Index, data: tuple[np.ndarray, np.ndarray]) -> None:
+    vectors, ids = data
+    path = tmp_path / "sub" / "catalog.faiss"  # missing directories are created
+    I.save_atomic(flat, path)
+    assert sorted(os.listdir(path.parent)) == ["catalog.faiss"]  # no temp file left
+    loaded = I.load(path)
+    assert loaded.ntotal == flat.ntotal
+    assert np.array_equal(I.index_ids(loaded), ids)
+    queries = _unit_vectors(20, seed=1)
+    s0, i0 = I.search(flat, queries, k=10)
+    s1, i1 = I.search(loaded, queries, k=10)
+    assert np.array_equal(i0, i1)
+    assert np.array_equal(s0, s1)
+
+
+def test_save_atomic_failure_keeps_old_file(
+    tmp_path: Path, flat: faiss.Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "catalog.faiss"
+    old = I.make_index(DIM, "Flat")
+    I.add(old, _unit_vectors(3, seed=2), np.array([7, 8, 9]))
+    I.save_atomic(old, path)
+    before = path.read_bytes()
+
+    def partial_write(index: faiss.Index, filename: str) -> None:
+        with open(filename, "wb") as fh:  # half a file, then a crash
+            fh.write(b"partial index bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(faiss, "write_index", partial_write)
+    with pytest.raises(OSError, match="disk full"):
+        I.save_atomic(flat, path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["catalog.faiss"]
+    monkeypatch.undo()
+    assert np.array_equal(I.index_ids(I.load(path)), [7, 8, 9])
+
+    # A successful save replaces the file in one step.
+    I.save_atomic(flat, path)
+    assert I.load(path).ntotal == flat.ntotal
+    assert os.listdir(tmp_path) == ["catalog.faiss"]
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        I.load(tmp_path / "nope.faiss")
+
+
+def test_hnsw_recall(flat: faiss.Index, data: tuple[np.ndarray, np.ndarray]) -> None:
+    vectors, ids = data
+    hnsw = I.make_index(DIM, "HNSW32")
+    assert not I.needs_training(hnsw)
+    I.add(hnsw, vectors, ids)
+    assert I.describe(hnsw)["ef_search"] == I.DEFAULT_EF_SEARCH
+    queries = _unit_vectors(100, seed=3)
+    _, truth = I.search(flat, queries, k=10)
+    _, found = I.search(hnsw, queries, k=10)
+    recall = np.mean([len(set(t) & set(f)) / 10 for t, f in zip(truth, found)])
+    assert recall >= 0.9, recall
+
+
+def test_ivf_trains_and_full_nprobe_is_exact(flat: faiss.Index, data: tuple[np.ndarray, np.ndarray]) -> None:
+    vectors, ids = data
+    ivf = I.make_index(DIM, "IVF8,Flat")
+    assert I.needs_training(ivf)
+    assert I.min_training_vectors(ivf) == 8
+    I.add(ivf, vectors, ids)
+    assert not I.needs_training(ivf)
+    assert I.describe(ivf)["nprobe"] == 8  # default 16 clamped to nlist
+    I.set_search_params(ivf, nprobe=2)
+    assert I.describe(ivf)["nprobe"] == 2
+    I.set_search_params(ivf, nprobe=8)  # all lists probed: same answers as Flat
+    queries = _unit_vectors(20, seed=4)
+    assert np.array_equal(I.search(ivf, queries, 5)[1], I.search(flat, queries, 5)[1])
+
+
+def test_ivf_too_few_training_vectors() -> None:
+    index = I.make_index(DIM, "IVF256,Flat")
+    with pytest.raises(ValueError) as err:
+        I.add(index, _unit_vectors(100), _entry_ids(100))
+    message = str(err.value)
+    assert "'IVF256,Flat'" in message and "256" in message and "100" in message
+    assert "smaller nlist" in message and "IVF2,Flat" in message
+    assert index.ntotal == 0
+
+
+def test_pq_too_few_training_vectors() -> None:
+    with pytest.raises(ValueError, match=r"'PQ8'.*at least 256.*PQ8x4"):
+        I.add(I.make_index(DIM, "PQ8"), _unit_vectors(100), _entry_ids(100))
+
+
+@pytest.mark.parametrize("factory", ["Bogus", "IVF,Flat", "HNSWx"])
+def test_invalid_factory_string(factory: str) -> None:
+    with pytest.raises(ValueError) as err:
+        I.make_index(DIM, factory)
+    assert repr(factory) in str(err.value)
+    assert "IVF4096,Flat" in str(err.value)  # lists valid examples
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError, match="metric"):
+        I.make_index(DIM, "Flat", metric="cosine")
+    with pytest.raises(ValueError, match="dim"):
+        I.make_index(0)
+    with pytest.raises(ValueError, match="multiple of the number of subquantizers"):
+        I.make_index(30, "PQ8")
+    index = I.make_index(DIM)
+    with pytest.raises(ValueError, match="shape"):
+        I.add(index, _unit_vectors(3, dim=DIM + 1), np.arange(3))
+    with pytest.raises(ValueError, match="ids must have shape"):
+        I.add(index, _unit_vectors(3), np.arange(4))
+    with pytest.raises(ValueError, match="duplicates"):
+        I.add(index, _unit_vectors(3), np.array([1, 1, 2]))
+    I.add(index, _unit_vectors(3), np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match="already in the index"):
+        I.add(index, _unit_vectors(2, seed=9), np.array([3, 4]))
+    with pytest.raises(ValueError, match="k must be"):
+        I.search(index, _unit_vectors(1), 0)
+    with pytest.raises(TypeError, match="id map"):
+        I.index_ids(faiss.IndexFlatIP(DIM))
+
+
+def test_k_larger_than_ntotal() -> None:
+    index = I.make_index(DIM)
+    small_ids = np.array([5, 50, 500], dtype=np.int64)
+    I.add(index, _unit_vectors(3, seed=5), small_ids)
+    scores, found = I.search(index, _unit_vectors(4, seed=6), k=10)
+    assert scores.shape == found.shape == (4, 3)
+    assert (found >= 0).all()
+    assert all(sorted(row) == sorted(small_ids) for row in found)
+    # A single 1-D query is one row.
+    assert I.search(index, _unit_vectors(1, seed=7)[0], k=2)[1].shape == (1, 2)
+    # An empty index has nothing to return.
+    scores, found = I.search(I.make_index(DIM), _unit_vectors(2), k=5)
+    assert scores.shape == found.shape == (2, 0)
+
+
+def test_to_gpu_is_noop_without_gpu(flat: faiss.Index) -> None:
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        pytest.skip("a GPU is visible")
+    assert I.to_gpu(flat) is flat
+    assert I.to_gpu(flat, ngpu=1) is flat
+    assert I.to_cpu(flat) is flat
+    assert not I.is_gpu_index(flat)
+
+
+def test_describe(flat: faiss.Index) -> None:
+    info = I.describe(flat)
+    assert info["ntotal"] == 2000 and info["dim"] == DIM
+    assert info["factory"] == "Flat" and info["is_trained"] is True
+    assert info["metric"] == "ip" and info["on_gpu"] is False
+    for factory in ("HNSW16", "IVF16,Flat", "IVF16,PQ4", "IVF16,SQfp16", "PQ4x4", "SQ8"):
+        assert I.describe(I.make_index(DIM, factory))["factory"] == factory

@@ -1,0 +1,167 @@
+"""Alembic migrations: upgrade/downgrade/idempotence on SQLite and (when reachable) PostgreSQL."""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import make_url
+
+from mgeo_index import store
+
+TABLES = {"catalogs", "entries", "builds"}
+
+
+def _pg_admin_url() -> str:
+    """URL of the ``postgres`` maintenance database, or skip the test saying why."""
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed; PostgreSQL tests skipped")
+    candidates = [os.environ.get("MGEO_INDEX_TEST_PG_ADMIN_URL")] + [
+        f"postgresql+psycopg2://{user}@127.0.0.1:5432/postgres?connect_timeout=3" for user in ("postgres", "root")
+    ]
+    errors = []
+    for url in filter(None, candidates):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            return url
+        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            errors.append(f"{make_url(url).username}: {str(exc).splitlines()[0]}")
+        finally:
+            engine.dispose()
+    pytest.skip("PostgreSQL not reachable on 127.0.0.1:5432 (" + "; ".join(errors) + ")")
+
+
+@pytest.fixture()
+def pg_url() -> Iterator[str]:
+    """A fresh, uniquely named PostgreSQL database, dropped afterwards."""
+    admin_url = _pg_admin_url()
+    name = f"mgeo_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture()
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mgeo.db'}"
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _schema_drift(url: str) -> list:
+    """Differences between the migrated database and the ORM models (should be none)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return compare_metadata(MigrationContext.configure(conn), store.Base.metadata)
+    finally:
+        engine.dispose()
+
+
+def test_single_linear_head() -> None:
+    script = ScriptDirectory.from_config(store.alembic_config("sqlite://"))
+    assert script.get_heads() == ["0001"]
+    assert (store.migrations_dir() / "env.py").is_file()
+
+
+def test_alembic_config_escapes_percent() -> None:
+    url = "postgresql://u:p%40ss@host/db"
+    assert store.alembic_config(url).get_main_option("sqlalchemy.url") == url
+
+
+def _lifecycle(url: str) -> None:
+    assert store.current_revision(url) is None
+    assert not TABLES & _tables(url)
+
+    store.upgrade(url)
+    assert TABLES <= _tables(url)
+    assert store.current_revision(url) == "0001"
+    assert _schema_drift(url) == []
+
+    store.upgrade(url)  # idempotent: nothing pending, nothing changes
+    assert store.current_revision(url) == "0001"
+    assert TABLES <= _tables(url)
+
+    store.downgrade(url, "base")
+    assert not TABLES & _tables(url)
+    assert store.current_revision(url) is None
+
+    store.upgrade(url, "head")  # and back again
+    assert TABLES <= _tables(url)
+
+
+def test_sqlite_upgrade_downgrade(sqlite_url: str) -> None:
+    _lifecycle(sqlite_url)
+
+
+def test_sqlite_unique_and_index(sqlite_url: str) -> None:
+    store.upgrade(sqlite_url)
+    engine = create_engine(sqlite_url)
+    try:
+        insp = inspect(engine)
+        uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("entries")}
+        assert ("catalog_id", "key") in uniques
+        assert ["catalog_id"] in [i["column_names"] for i in insp.get_indexes("entries")]
+        fks = insp.get_foreign_keys("entries")
+        assert fks[0]["referred_table"] == "catalogs"
+        with engine.connect() as conn:
+            ddl = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'entries'").scalar_one()
+        assert "AUTOINCREMENT" in ddl  # FAISS ids must never be reused
+    finally:
+        engine.dispose()
+
+
+def test_connect_migrates_new_sqlite_file(tmp_path) -> None:
+    db = tmp_path / "nested" / "dir" / "mgeo.db"
+    url = f"sqlite:///{db}"
+    engine = store.connect(url)
+    try:
+        assert db.exists()
+        assert store.current_revision(url) == "0001"
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one().lower() == "wal"
+    finally:
+        engine.dispose()
+    # Connecting again to an up-to-date database is a no-op.
+    store.connect(url).dispose()
+    assert store.current_revision(url) == "0001"
+
+
+def test_offline_sql_generation(capsys) -> None:
+    from alembic import command
+
+    command.upgrade(store.alembic_config("postgresql://nobody@nowhere/none"), "head", sql=True)
+    sql = capsys.readouterr().out
+    assert "CREATE TABLE catalogs" in sql and "CREATE TABLE entries" in sql and "CREATE TABLE builds" in sql
+
+
+def test_postgresql_upgrade_downgrade(pg_url: str) -> None:
+    _lifecycle(pg_url)
+
+
+def test_postgresql_connect(pg_url: str) -> None:
+    engine = store.connect(pg_url)
+    try:
+        assert store.current_revision(pg_url) == "0001"
+        assert TABLES <= set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()

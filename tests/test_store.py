@@ -1,0 +1,287 @@
+"""mgeo_index.store against SQLite and (when reachable) PostgreSQL."""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, create_engine, delete
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+
+from mgeo_index import store
+
+ADDRESSES = [
+    "北京市朝阳区建国路88号",
+    "上海市浦东新区世纪大道100号",
+    "广州市天河区天河路385号",
+    "深圳市南山区科技园南区深南大道10000号",
+    "杭州市西湖区文三路90号",
+]
+
+
+def _pg_admin_url() -> str:
+    """URL of the ``postgres`` maintenance database, or skip the test saying why."""
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed; PostgreSQL tests skipped")
+    candidates = [os.environ.get("MGEO_INDEX_TEST_PG_ADMIN_URL")] + [
+        f"postgresql+psycopg2://{user}@127.0.0.1:5432/postgres?connect_timeout=3" for user in ("postgres", "root")
+    ]
+    errors = []
+    for url in filter(None, candidates):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            return url
+        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            errors.append(f"{make_url(url).username}: {str(exc).splitlines()[0]}")
+        finally:
+            engine.dispose()
+    pytest.skip("PostgreSQL not reachable on 127.0.0.1:5432 (" + "; ".join(errors) + ")")
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """One fresh PostgreSQL database for this module (tests use distinct catalog names)."""
+    admin_url = _pg_admin_url()
+    name = f"mgeo_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request, tmp_path) -> Iterator[Engine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'db' / 'mgeo.db'}"
+    else:
+        url = request.getfixturevalue("pg_database")
+    eng = store.connect(url)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+def _catalog(engine: Engine, name: str | None = None) -> int:
+    return store.get_or_create_catalog(
+        engine, name or f"cat_{uuid.uuid4().hex[:8]}", source="/data/a.csv", address_column="address", id_column=None
+    )
+
+
+def _rows(addresses: list[str], start_line: int = 2) -> list[dict]:
+    return [
+        {
+            "key": a.replace(" ", ""),
+            "source_id": None,
+            "address": a,
+            "normalized": a,
+            "extra": {"城市": a[:3], "n": i},
+            "line": start_line + i,
+        }
+        for i, a in enumerate(addresses)
+    ]
+
+
+def test_catalog_get_or_create_updates(engine: Engine) -> None:
+    name = f"cat_{uuid.uuid4().hex[:8]}"
+    assert store.catalog_id(engine, name) is None
+    first = store.get_or_create_catalog(engine, name, source="a.csv", address_column="address", id_column=None)
+    again = store.get_or_create_catalog(engine, name, source="b.tsv", address_column="地址", id_column="poi_id")
+    assert first == again == store.catalog_id(engine, name)
+    other = _catalog(engine)
+    assert other != first
+    with engine.connect() as conn:
+        row = conn.execute(store.Catalog.__table__.select().where(store.Catalog.id == first)).one()
+    assert (row.source, row.address_column, row.id_column) == ("b.tsv", "地址", "poi_id")
+    assert row.created_at is not None
+
+
+def test_insert_entries_idempotent(engine: Engine) -> None:
+    cid = _catalog(engine)
+    rows = _rows(ADDRESSES)
+    assert store.insert_entries(engine, cid, rows) == (5, 0)
+    assert store.insert_entries(engine, cid, rows) == (0, 5)
+    assert store.count_entries(engine, cid) == 5
+
+    # Partial overlap, plus a key repeated inside the same chunk (first one wins).
+    more = _rows(ADDRESSES[:2] + ["成都市武侯区人民南路四段1号", "成都市武侯区人民南路四段1号"], start_line=7)
+    assert store.insert_entries(engine, cid, more) == (1, 3)
+    assert store.count_entries(engine, cid) == 6
+    assert store.insert_entries(engine, cid, []) == (0, 0)
+
+    # The same key in another catalog is a different entry.
+    other = _catalog(engine)
+    assert store.insert_entries(engine, other, rows[:2]) == (2, 0)
+    assert store.count_entries(engine, cid) == 6
+    assert store.count_entries(engine, other) == 2
+
+
+def test_insert_entries_large_chunk(engine: Engine) -> None:
+    cid = _catalog(engine)
+    rows = _rows([f"北京市海淀区中关村大街{i}号" for i in range(5000)])
+    assert store.insert_entries(engine, cid, rows) == (5000, 0)
+    assert store.insert_entries(engine, cid, rows[2500:] + _rows(["天津市和平区南京路1号"])) == (1, 2500)
+    ids = store.entry_ids(engine, cid)
+    assert ids.dtype == np.int64 and len(ids) == 5001
+    assert np.all(np.diff(ids) > 0)
+
+
+def test_insert_missing_fallback(engine: Engine) -> None:
+    """The portable pre-select path used for dialects without ON CONFLICT."""
+    cid = _catalog(engine)
+    store.insert_entries(engine, cid, _rows(ADDRESSES[:2]))
+    params = [{"catalog_id": cid, "created_at": store._utcnow(), **r} for r in _rows(ADDRESSES)]
+    with engine.begin() as conn:
+        assert store._insert_missing(conn, cid, params) == 3
+    assert store.count_entries(engine, cid) == 5
+
+
+def test_entry_ids_get_entries(engine: Engine) -> None:
+    cid = _catalog(engine)
+    store.insert_entries(engine, cid, _rows(ADDRESSES))
+    ids = store.entry_ids(engine, cid)
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.int64
+    assert list(ids) == sorted(ids) and len(ids) == 5
+    assert len(store.entry_ids(engine, cid + 10_000)) == 0
+
+    got = store.get_entries(engine, [int(ids[1]), int(ids[0]), 987_654_321])
+    assert set(got) == {int(ids[0]), int(ids[1])}
+    first = got[int(ids[0])]
+    assert first == {
+        "id": int(ids[0]),
+        "catalog_id": cid,
+        "source_id": None,
+        "address": ADDRESSES[0],
+        "normalized": ADDRESSES[0],
+        "extra": {"城市": "北京市", "n": 0},
+    }
+    assert store.get_entries(engine, []) == {}
+
+
+def test_iter_entries(engine: Engine) -> None:
+    cid = _catalog(engine)
+    addresses = [f"南京市鼓楼区中山路{i}号" for i in range(23)]
+    store.insert_entries(engine, cid, _rows(addresses))
+    store.insert_entries(engine, _catalog(engine), _rows(["不相干的地址1号"]))  # another catalog
+
+    batches = list(store.iter_entries(engine, cid, batch_size=10))
+    assert [len(b) for b in batches] == [10, 10, 3]
+    flat = [e for b in batches for e in b]
+    assert [e["address"] for e in flat] == addresses  # id order == insertion order
+    assert set(flat[0]) == {"id", "address", "normalized"}
+    assert [e["id"] for e in flat] == sorted(e["id"] for e in flat)
+
+    ids = [e["id"] for e in flat]
+    subset = [ids[7], ids[3], ids[3], ids[20], 999_999_999]
+    picked = [e for b in store.iter_entries(engine, cid, ids=subset, batch_size=2) for e in b]
+    assert [e["id"] for e in picked] == sorted({ids[3], ids[7], ids[20]})
+    assert list(store.iter_entries(engine, cid, ids=[])) == []
+    assert list(store.iter_entries(engine, cid + 10_000)) == []
+
+
+def test_entry_ids_never_reused(engine: Engine) -> None:
+    """Entry ids are FAISS ids: deleting the newest entry must not free its id."""
+    cid = _catalog(engine)
+    store.insert_entries(engine, cid, _rows(ADDRESSES[:3]))
+    top = int(store.entry_ids(engine, cid)[-1])
+    with engine.begin() as conn:
+        conn.execute(delete(store.Entry).where(store.Entry.id == top))
+    store.insert_entries(engine, cid, _rows(["重庆市渝中区解放碑1号"]))
+    assert int(store.entry_ids(engine, cid)[-1]) > top
+
+
+def test_entries_require_existing_catalog(engine: Engine) -> None:
+    with pytest.raises(IntegrityError):
+        store.insert_entries(engine, 987_654, _rows(ADDRESSES[:1]))
+
+
+def test_build_lifecycle(engine: Engine) -> None:
+    cid = _catalog(engine)
+    other = _catalog(engine)
+    assert store.latest_build(engine, cid) is None
+
+    b1 = store.start_build(engine, cid, model_fingerprint="sha256:abc", index_factory="Flat")
+    (running,) = store.list_builds(engine, cid)
+    assert running["id"] == b1 and running["status"] == "running"
+    assert running["started_at"] is not None and running["finished_at"] is None
+    assert store.latest_build(engine, cid) is None  # only complete builds count
+
+    store.finish_build(
+        engine,
+        b1,
+        index_path="/idx/default.faiss",
+        rows_read=10,
+        rows_inserted=7,
+        rows_skipped=1,
+        rows_rejected=2,
+        entries_total=7,
+        vectors_total=7,
+        seconds=1.5,
+        stats={"rejects": {"empty address": 2}},
+    )
+    latest = store.latest_build(engine, cid)
+    assert latest is not None
+    assert latest["id"] == b1 and latest["status"] == "complete"
+    assert (latest["rows_read"], latest["rows_inserted"], latest["rows_skipped"], latest["rows_rejected"]) == (10, 7, 1, 2)
+    assert (latest["entries_total"], latest["vectors_total"], latest["seconds"]) == (7, 7, 1.5)
+    assert latest["model_fingerprint"] == "sha256:abc" and latest["index_factory"] == "Flat"
+    assert latest["index_path"] == "/idx/default.faiss"
+    assert latest["stats"] == {"rejects": {"empty address": 2}}
+    assert latest["finished_at"] >= latest["started_at"]
+
+    b2 = store.start_build(engine, cid, model_fingerprint="sha256:def", index_factory="IVF64,Flat")
+    store.fail_build(engine, b2, "CUDA out of memory")
+    assert store.latest_build(engine, cid)["id"] == b1  # a failed build does not replace it
+    failed = store.list_builds(engine, cid)[-1]
+    assert (failed["id"], failed["status"], failed["error"]) == (b2, "failed", "CUDA out of memory")
+    assert failed["finished_at"] is not None
+
+    b3 = store.start_build(engine, other, model_fingerprint="sha256:abc", index_factory="Flat")
+    assert [b["id"] for b in store.list_builds(engine, cid)] == [b1, b2]
+    assert [b["id"] for b in store.list_builds(engine, other)] == [b3]
+    assert {b1, b2, b3} <= {b["id"] for b in store.list_builds(engine)}
+
+
+def test_finish_build_rejects_bad_input(engine: Engine) -> None:
+    cid = _catalog(engine)
+    build = store.start_build(engine, cid, model_fingerprint="f", index_factory="Flat")
+    with pytest.raises(TypeError, match="rows_readd"):
+        store.finish_build(engine, build, rows_readd=1)
+    with pytest.raises(ValueError, match="status"):
+        store.finish_build(engine, build, status="done")
+    with pytest.raises(LookupError):
+        store.finish_build(engine, 987_654_321, rows_read=1)
+    assert store.list_builds(engine, cid)[0]["status"] == "running"
+
+
+def test_connect_in_memory_sqlite() -> None:
+    engine = store.connect("sqlite://")
+    try:
+        cid = _catalog(engine, "mem")
+        assert store.insert_entries(engine, cid, _rows(ADDRESSES)) == (5, 0)
+        assert store.count_entries(engine, cid) == 5
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_file_survives_reconnect(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'mgeo.db'}"
+    engine = store.connect(url)
+    cid = _catalog(engine, "persist")
+    store.insert_entries(engine, cid, _rows(ADDRESSES))
+    engine.dispose()
+    engine = store.connect(url)
+    try:
+        assert store.catalog_id(engine, "persist") == cid
+        assert store.insert_entries(engine, cid, _rows(ADDRESSES)) == (0, 5)
+    finally:
+        engine.dispose()
