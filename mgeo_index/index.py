@@ -152,9 +152,13 @@ def _reverse_factory_fallback(index: Any) -> str | None:
     if isinstance(base, faiss.IndexScalarQuantizer):
         return _SQ_NAMES.get(base.sq.qtype)
     if isinstance(base, faiss.IndexIVF):
-        if not isinstance(_downcast(base.quantizer), faiss.IndexFlat):
-            return None  # e.g. IVF4096_HNSW32: not reconstructed here
-        prefix = f"IVF{base.nlist}"
+        quantizer = _downcast(base.quantizer)
+        if isinstance(quantizer, faiss.IndexFlat):
+            prefix = f"IVF{base.nlist}"
+        elif isinstance(quantizer, faiss.IndexHNSWFlat):
+            prefix = f"IVF{base.nlist}_HNSW{quantizer.hnsw.nb_neighbors(1)}"
+        else:
+            return None
         if isinstance(base, faiss.IndexIVFFlat):
             return f"{prefix},Flat"
         if isinstance(base, faiss.IndexIVFPQ):
@@ -333,45 +337,46 @@ def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
     index.add_with_ids(x, id_arr)
 
 
+def _ivf_parts(index: Any) -> list[Any]:
+    """Every IVF-like part holding ``nprobe``: a CPU IndexIVF, a GPU IVF index, or one
+    per replica/shard of a multi-GPU index."""
+    base = _unwrap(index)
+    if isinstance(base, (faiss.IndexReplicas, faiss.IndexShards)):
+        return [part for i in range(base.count()) for part in _ivf_parts(base.at(i))]
+    ivf = _ivf(base)
+    if ivf is not None:
+        return [ivf]
+    if hasattr(base, "nprobe") and hasattr(base, "nlist"):  # GpuIndexIVF*
+        return [base]
+    return []
+
+
 def set_search_params(
     index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None
 ) -> None:
     """Set search-time knobs; ``None`` leaves a parameter unchanged.
 
-    ``nprobe`` applies to IVF indexes (clamped to ``nlist``), ``ef_search`` to HNSW
-    graphs (including an HNSW coarse quantizer); parameters that do not apply to this
-    structure are ignored. Both are persisted by :func:`save_atomic`.
+    ``nprobe`` applies to IVF indexes (clamped to ``nlist``; CPU or GPU), ``ef_search``
+    to HNSW graphs (including an HNSW coarse quantizer); parameters that do not apply
+    to this structure are ignored. Both are persisted by :func:`save_atomic`.
     """
+    if nprobe is not None and nprobe < 1:
+        raise ValueError(f"nprobe must be >= 1, got {nprobe}")
+    if ef_search is not None and ef_search < 1:
+        raise ValueError(f"ef_search must be >= 1, got {ef_search}")
+    ivf_parts = _ivf_parts(index)
     if nprobe is not None:
-        if nprobe < 1:
-            raise ValueError(f"nprobe must be >= 1, got {nprobe}")
-        if is_gpu_index(index):  # GPU indexes are reached through the GPU parameter space
-            _gpu_set_parameter(index, "nprobe", nprobe)
-        else:
-            ivf = _ivf(index)
-            if ivf is not None:
-                ivf.nprobe = int(min(nprobe, ivf.nlist))
+        for part in ivf_parts:
+            part.nprobe = int(min(nprobe, part.nlist))
     if ef_search is not None:
-        if ef_search < 1:
-            raise ValueError(f"ef_search must be >= 1, got {ef_search}")
         hnsw = _hnsw(index)
         if hnsw is not None:
             hnsw.efSearch = int(ef_search)
-        ivf = _ivf(index) if not is_gpu_index(index) else None
-        if ivf is not None:
-            quantizer_hnsw = getattr(_downcast(ivf.quantizer), "hnsw", None)
+        for part in ivf_parts:
+            quantizer = getattr(part, "quantizer", None)
+            quantizer_hnsw = getattr(_downcast(quantizer), "hnsw", None) if quantizer is not None else None
             if quantizer_hnsw is not None:
                 quantizer_hnsw.efSearch = int(ef_search)
-
-
-def _gpu_set_parameter(index: faiss.Index, name: str, value: int) -> None:
-    space_cls = getattr(faiss, "GpuParameterSpace", None)
-    if space_cls is None:  # pragma: no cover - GPU index without GPU build cannot happen
-        return
-    try:
-        space_cls().set_index_parameter(index, name, value)
-    except RuntimeError as exc:  # pragma: no cover - GPU only
-        log.debug("could not set %s on GPU index: %s", name, exc)
 
 
 # --------------------------------------------------------------------------------------
@@ -429,6 +434,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
         first. Where FAISS finds fewer than ``k'`` results (IVF with few probed lists,
         HNSW on tiny graphs) the remaining slots have id ``-1`` and score ``-FLT_MAX``
         (inner product) / ``+FLT_MAX`` (L2), exactly as FAISS returns them.
+
+    GPU indexes limit ``k`` (2048 for recent FAISS builds); FAISS raises above that.
     """
     if int(k) != k or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
@@ -465,16 +472,17 @@ def describe(index: faiss.Index) -> dict[str, Any]:
     / ``nlist`` for IVF and ``ef_search`` for HNSW.
     """
     metric_names = {v: k for k, v in _METRICS.items()}
+    on_gpu = is_gpu_index(index)
+    cpu = to_cpu(index) if on_gpu else index  # introspect one CPU copy
     info: dict[str, Any] = {
         "ntotal": int(index.ntotal),
         "dim": int(index.d),
-        "factory": _factory_string(index),
+        "factory": _factory_string(cpu),
         "is_trained": bool(index.is_trained),
         "metric": metric_names.get(int(index.metric_type), int(index.metric_type)),
-        "on_gpu": is_gpu_index(index),
-        "type": type(_unwrap(index)).__name__,
+        "on_gpu": on_gpu,
+        "type": type(_unwrap(cpu)).__name__,
     }
-    cpu = to_cpu(index) if info["on_gpu"] else index
     ivf = _ivf(cpu)
     if ivf is not None:
         info["nlist"] = int(ivf.nlist)

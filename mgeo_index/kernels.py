@@ -23,8 +23,8 @@ Backend selection (``backend=``):
 
 Triton is imported in a guarded way so this module imports where triton is missing.
 Note that ``@triton.jit`` decides at *definition* time whether a kernel runs on the
-interpreter, so ``TRITON_INTERPRET=1`` must be in the environment before this module
-is imported for CPU tensors to be able to use the Triton path.
+interpreter, so ``TRITON_INTERPRET=1`` must be in the environment before triton (and
+this module) is first imported for CPU tensors to be able to use the Triton path.
 """
 from __future__ import annotations
 
@@ -157,12 +157,20 @@ if triton is not None:
             mask=mask,
         )
 
+    def _is_interpreted(fn: Any) -> bool:
+        return type(fn).__name__ == "InterpretedFunction"
+
     # jit picks interpreter vs. compiled mode when the decorator runs; remember which.
-    _KERNELS_INTERPRETED: bool = type(_l2_normalize_kernel).__name__ == "InterpretedFunction"
+    _KERNELS_INTERPRETED: bool = _is_interpreted(_l2_normalize_kernel)
+    # The interpreter also needs triton's own library functions (tl.max, tl.sum are
+    # @jit functions defined when triton is first imported) to be interpreted: if
+    # triton was imported before TRITON_INTERPRET=1 was set, nothing can launch.
+    _INTERPRETER_USABLE: bool = _KERNELS_INTERPRETED and _is_interpreted(tl.max)
 else:  # pragma: no cover
     _l2_normalize_kernel = None
     _softmax_kernel = None
     _KERNELS_INTERPRETED = False
+    _INTERPRETER_USABLE = False
 
 
 # --------------------------------------------------------------------------------------
@@ -208,17 +216,21 @@ def _triton_launchable(x: torch.Tensor) -> bool:
     if triton is None:
         return False
     if x.is_cuda:
-        return True
-    # CPU tensors only run on the interpreter, which must have been active when the
-    # kernels were defined (and still be requested now).
-    return x.device.type == "cpu" and _KERNELS_INTERPRETED and _interpret_env()
+        # Compiled kernels, or (interpreter mode) a working interpreter.
+        return not _KERNELS_INTERPRETED or _INTERPRETER_USABLE
+    # CPU tensors only run on the interpreter, which must have been active when triton
+    # and the kernels were imported (and still be requested now).
+    return x.device.type == "cpu" and _INTERPRETER_USABLE and _interpret_env()
 
 
 def available_backends() -> list[str]:
     """Backends usable in this process: always ``"torch"``; ``"triton"`` when triton is
     installed and either CUDA is available or the kernels run on the interpreter."""
     names = ["torch"]
-    if triton is not None and (torch.cuda.is_available() or (_KERNELS_INTERPRETED and _interpret_env())):
+    if triton is not None and (
+        (torch.cuda.is_available() and (not _KERNELS_INTERPRETED or _INTERPRETER_USABLE))
+        or (_INTERPRETER_USABLE and _interpret_env())
+    ):
         names.append("triton")
     return names
 
@@ -266,12 +278,16 @@ def _resolve_backend(x: torch.Tensor, backend: str, out_dtype: torch.dtype) -> s
             "use backend='torch'"
         )
     if not _triton_launchable(x):
-        if x.is_cuda:  # pragma: no cover - defensive
-            raise RuntimeError("Triton kernels cannot be launched on this CUDA tensor")
+        if _KERNELS_INTERPRETED and not _INTERPRETER_USABLE:
+            raise RuntimeError(
+                "the Triton interpreter is unusable in this process: triton was imported before "
+                "TRITON_INTERPRET=1 was set, so its own library functions were compiled for GPU; "
+                "set TRITON_INTERPRET=1 before anything imports triton"
+            )
         raise RuntimeError(
             f"Triton backend requested for a tensor on {x.device}: Triton needs a CUDA tensor, or "
-            "TRITON_INTERPRET=1 set in the environment *before* mgeo_index.kernels is imported "
-            "(the interpreter is chosen when the kernels are defined)"
+            "TRITON_INTERPRET=1 set in the environment *before* triton and mgeo_index.kernels are "
+            "imported (the interpreter is chosen when kernels are defined)"
             + ("" if _KERNELS_INTERPRETED else "; the kernels in this process were compiled for GPU")
         )
     return "triton"

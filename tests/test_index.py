@@ -208,5 +208,5 @@ def test_describe(flat: faiss.Index) -> None:
     assert info["ntotal"] == 2000 and info["dim"] == DIM
     assert info["factory"] == "Flat" and info["is_trained"] is True
     assert info["metric"] == "ip" and info["on_gpu"] is False
-    for factory in ("HNSW16", "IVF16,Flat", "IVF16,PQ4", "IVF16,SQfp16", "PQ4x4", "SQ8"):
+    for factory in ("HNSW16", "IVF16,Flat", "IVF16_HNSW32,Flat", "IVF16,PQ4", "IVF16,SQfp16", "PQ4x4", "SQ8"):
         assert I.describe(I.make_index(DIM, factory))["factory"] == factory

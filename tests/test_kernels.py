@@ -5,13 +5,14 @@ GPU or executed by the interpreter, so ``TRITON_INTERPRET=1`` has to be in the
 environment before ``mgeo_index.kernels`` is imported (defining the kernels). Without
 it, launching on this GPU-less machine fails with "0 active drivers".
 
-The variable is set only around the import and, through a module fixture, while these
-tests run: other test modules keep ``backend="auto"`` on the fast torch path (the
-dispatcher also checks the variable at call time).
+The same holds for triton's own ``@jit`` helpers (``tl.max``, ``tl.sum``), so the
+variable must be set before triton is first imported in the process. It is set only
+around the import and, through a module fixture, while these tests run: other test
+modules keep ``backend="auto"`` on the fast torch path (the dispatcher also checks the
+variable at call time).
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 _PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
@@ -24,10 +25,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 import mgeo_index.kernels as K  # noqa: E402
 
-if K.triton_available() and not K._KERNELS_INTERPRETED:
-    # Another test module imported the kernels first without the interpreter: redefine.
-    K = importlib.reload(K)
-
 
 def _restore_interpret_env() -> None:
     if _PREVIOUS_INTERPRET is None:
@@ -38,7 +35,13 @@ def _restore_interpret_env() -> None:
 
 _restore_interpret_env()
 
-pytestmark = pytest.mark.skipif(not K.triton_available(), reason="triton is not installed")
+if not K.triton_available():
+    pytest.skip("triton is not installed", allow_module_level=True)
+if not K._INTERPRETER_USABLE:
+    # triton.language's own @jit helpers (tl.max, tl.sum) are also fixed at import, so
+    # if anything imported triton before this module, the interpreter cannot be enabled
+    # here: run with TRITON_INTERPRET=1 in the environment (or this module on its own).
+    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
 
 FP32_TOL = {"atol": 1e-6, "rtol": 1e-5}
 SHAPES = [(1, 7), (5, 256), (33, 130), (64, 768), (3, 1), (17, 1000)]
@@ -214,6 +217,15 @@ def test_missing_triton_gives_clear_import_error(monkeypatch: pytest.MonkeyPatch
         K.l2_normalize(x, backend="triton")
     assert K._resolve_backend(x, "auto", x.dtype) == "torch"
     assert K.available_backends() == ["torch"]
+
+
+def test_half_enabled_interpreter_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kernels defined for the interpreter but triton itself imported without it.
+    monkeypatch.setattr(K, "_INTERPRETER_USABLE", False)
+    x = torch.ones(2, 8)
+    assert K._resolve_backend(x, "auto", x.dtype) == "torch"
+    with pytest.raises(RuntimeError, match="imported before TRITON_INTERPRET=1"):
+        K.softmax(x, backend="triton")
 
 
 def test_block_config_covers_all_rows() -> None:

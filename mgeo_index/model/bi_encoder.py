@@ -38,6 +38,7 @@ class BiEncoder(nn.Module):
         hidden = encoder.config.hidden_size
         self.projection = nn.Linear(hidden, projection_dim) if projection_dim else None
         self.fingerprint = ""
+        self.path: str | None = None  # where it was loaded from or saved to
 
     @property
     def dim(self) -> int:
@@ -79,6 +80,7 @@ class BiEncoder(nn.Module):
             },
         )
         self.fingerprint = fingerprint(path)
+        self.path = str(path.resolve())
 
 
 def load_bi_encoder(path: str | Path) -> BiEncoder:
@@ -98,4 +100,5 @@ def load_bi_encoder(path: str | Path) -> BiEncoder:
         state = {k: v.float() for k, v in load_file(path / "projection.safetensors").items()}
         model.projection.load_state_dict(state)
     model.fingerprint = fingerprint(path)
+    model.path = str(path.resolve())
     return model.eval()

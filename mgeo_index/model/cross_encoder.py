@@ -25,6 +25,7 @@ class CrossEncoder(torch.nn.Module):
         self.temperature = temperature
         self.labels = tuple(model.config.id2label[i] for i in range(model.config.num_labels))
         self.fingerprint = ""
+        self.path: str | None = None  # where it was loaded from or saved to
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order
@@ -43,6 +44,7 @@ class CrossEncoder(torch.nn.Module):
             path, {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
         )
         self.fingerprint = fingerprint(path)
+        self.path = str(path.resolve())
 
 
 def load_cross_encoder(path: str | Path) -> CrossEncoder:
@@ -63,4 +65,5 @@ def load_cross_encoder(path: str | Path) -> CrossEncoder:
         temperature=float(manifest.get("temperature", 1.0)),
     )
     cross.fingerprint = fingerprint(path)
+    cross.path = str(path.resolve())
     return cross.eval()

@@ -1,0 +1,91 @@
+"""`mgeo-index match`: score a file of address pairs (columns ``a`` and ``b``) with the cross-encoder."""
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgeo_index import engine
+from mgeo_index.catalog import CatalogError, detect_encoding, sniff_delimiter
+from mgeo_index.model.cross_encoder import CrossEncoder
+from mgeo_index.text import normalize
+
+PAIR_COLUMNS = ("a", "b")
+
+
+@dataclass
+class MatchResult:
+    rows: int = 0
+    scored: int = 0
+    invalid: list[str] = field(default_factory=list)  # "line N: reason"
+    label_counts: dict[str, int] = field(default_factory=dict)
+
+
+def match_file(
+    pairs_path: str | Path,
+    out_path: str | Path,
+    cross: CrossEncoder,
+    *,
+    device: str | None = None,
+    chunk_size: int = 20000,
+    on_progress: Callable[[int], None] | None = None,
+) -> MatchResult:
+    """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
+
+    Rows with an empty side keep their place with empty label/probabilities and are reported.
+    The output is written to a temporary file and moved into place when complete.
+    """
+    pairs_path, out_path = Path(pairs_path), Path(out_path)
+    encoding = detect_encoding(pairs_path)
+    result = MatchResult(label_counts={label: 0 for label in cross.labels})
+    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    with open(pairs_path, encoding=encoding, newline="") as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
+        delimiter = sniff_delimiter(src.readline(), pairs_path.suffix)
+        src.seek(0)
+        reader = csv.DictReader(src, delimiter=delimiter)
+        columns = list(reader.fieldnames or [])
+        missing = [c for c in PAIR_COLUMNS if c not in columns]
+        if missing:
+            raise CatalogError(
+                f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
+                f"'a' and 'b' (found: {columns})"
+            )
+        out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels]
+        writer = csv.DictWriter(dst, fieldnames=out_columns, delimiter="\t", extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        chunk: list[tuple[int, dict]] = []
+
+        def flush() -> None:
+            valid = [(line, row) for line, row in chunk if row["_ok"]]
+            probs = engine.score_pairs(
+                cross, [normalize(r["a"]) for _, r in valid], [normalize(r["b"]) for _, r in valid], device=device
+            )
+            by_line = {line: p for (line, _), p in zip(valid, probs)}
+            for line, row in chunk:
+                p = by_line.get(line)
+                if p is not None:
+                    label = cross.labels[int(p.argmax())]
+                    row["label"] = label
+                    result.label_counts[label] += 1
+                    row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
+                writer.writerow(row)
+            result.scored += len(valid)
+            if on_progress:
+                on_progress(len(chunk))
+            chunk.clear()
+
+        for row in reader:
+            line = reader.line_num
+            result.rows += 1
+            empty = [c for c in PAIR_COLUMNS if not normalize(row.get(c) or "")]
+            row["_ok"] = not empty
+            if empty:
+                result.invalid.append(f"line {line}: empty column {', '.join(repr(c) for c in empty)}")
+            chunk.append((line, row))
+            if len(chunk) >= chunk_size:
+                flush()
+        flush()
+    os.replace(tmp, out_path)
+    return result

@@ -1,0 +1,56 @@
+"""Shared fixtures.
+
+TRITON_INTERPRET must be set before any ``@triton.jit`` function is defined (i.e. before
+``mgeo_index.kernels`` is imported anywhere), so it is set here, first: the Triton kernels then run
+on the CPU through the interpreter and are exercised by every test that encodes or scores.
+"""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mgeo_index import settings  # noqa: E402
+
+SAMPLE = settings.SAMPLE_CATALOG
+
+
+def _tiny_bert(tokenizer, **extra):
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id, **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    """A random-weight tiny bi-encoder and cross-encoder (unit tests only; never shipped)."""
+    from transformers import BertForSequenceClassification, BertModel
+
+    from mgeo_index.model.bi_encoder import BiEncoder
+    from mgeo_index.model.cross_encoder import CrossEncoder
+    from mgeo_index.model.tokenizer import build_char_tokenizer
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("tiny")
+    texts = SAMPLE.read_text(encoding="utf-8").splitlines()
+    tokenizer = build_char_tokenizer(texts, min_freq=1)
+    bi = BiEncoder(BertModel(_tiny_bert(tokenizer), add_pooling_layer=False), tokenizer, projection_dim=16, max_length=64)
+    bi.save(root / "bi")
+    labels = settings.LABELS
+    config = _tiny_bert(tokenizer, num_labels=3, id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    CrossEncoder(BertForSequenceClassification(config), tokenizer, max_length=128, temperature=1.5).save(root / "cross")
+    return root / "bi", root / "cross"
+
+
+@pytest.fixture
+def sample_catalog(tmp_path) -> Path:
+    path = tmp_path / "sample_catalog.csv"
+    shutil.copy(SAMPLE, path)
+    return path

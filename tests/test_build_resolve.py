@@ -1,0 +1,122 @@
+"""Build and resolve through the library API, with the shipped default model."""
+import json
+
+import numpy as np
+import pytest
+
+from mgeo_index import build as build_mod, index as faiss_index, settings, store
+from mgeo_index.build import build
+from mgeo_index.resolver import ModelMismatch, open_resolver
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    index_dir = tmp_path_factory.mktemp("idx")
+    result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
+    return index_dir, result
+
+
+def test_build_stores_and_indexes_every_row(built):
+    index_dir, result = built
+    assert (result.rows_read, result.rows_inserted, result.rows_rejected) == (300, 300, 0)
+    manifest = build_mod.read_manifest(index_dir)
+    index = faiss_index.load(index_dir / manifest["index_file"])
+    engine = store.connect(settings.database_url(index_dir))
+    catalog_id = store.catalog_id(engine, settings.DEFAULT_CATALOG)
+    ids = store.entry_ids(engine, catalog_id)
+    assert index.ntotal == len(ids) == 300
+    np.testing.assert_array_equal(np.sort(faiss_index.index_ids(index)), ids)
+    entry = store.get_entries(engine, [int(ids[0])])[int(ids[0])]
+    assert entry["source_id"] == "P0001" and set(entry["extra"]) == {"name", "city"}
+    build_row = store.latest_build(engine, catalog_id)
+    assert build_row["status"] == "complete" and build_row["vectors_total"] == 300
+    assert build_row["model_fingerprint"] == manifest["model_fingerprint"]
+
+
+def test_rebuilding_the_same_file_adds_nothing(built, tmp_path):
+    index_dir, first = built
+    again = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
+    assert (again.rows_inserted, again.rows_skipped, again.vectors_added, again.vectors_total) == (0, 300, 0, 300)
+    assert again.build_id > first.build_id
+    files = sorted(p.name for p in index_dir.glob("*.faiss"))
+    assert files == [f"index-{again.build_id}.faiss"]  # the superseded index file is gone
+
+
+def test_resolve_finds_a_variant_at_rank_one(built):
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    # P0001: 广东省深圳市南山区南山街道中山路75号东方科技园9号楼 — written without province/city, full-width digits
+    results = resolver.resolve(["深圳南山中山路７５号东方科技园９号楼", "北京海淀燕园街道东风路127号东方大厦"], top_k=5)
+    assert results[0][0]["source_id"] == "P0001"
+    assert results[1][0]["source_id"] == "P0003"
+    for matches in results:
+        assert len(matches) == 5
+        for m in matches:
+            assert m["label"] in settings.LABELS
+            assert abs(sum(m["probabilities"].values()) - 1) < 1e-4
+            assert m["probability"] == max(m["probabilities"].values())
+
+
+def test_incremental_build_encodes_only_new_rows(tmp_path, sample_catalog):
+    lines = sample_catalog.read_text(encoding="utf-8").splitlines()
+    head = tmp_path / "head.csv"
+    head.write_text("\n".join(lines[:101]) + "\n", encoding="utf-8")
+    first = build(head, tmp_path / "idx", id_column="poi_id")
+    second = build(sample_catalog, tmp_path / "idx", id_column="poi_id")
+    assert (first.vectors_total, second.rows_inserted, second.vectors_added, second.vectors_total) == (100, 200, 200, 300)
+
+
+def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_catalog, monkeypatch):
+    lines = sample_catalog.read_text(encoding="utf-8").splitlines()
+    head = tmp_path / "head.csv"
+    head.write_text("\n".join(lines[:51]) + "\n", encoding="utf-8")
+    index_dir = tmp_path / "idx"
+    build(head, index_dir, id_column="poi_id")
+    before = (index_dir / build_mod.MANIFEST).read_text()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(faiss_index, "save_atomic", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build(sample_catalog, index_dir, id_column="poi_id")
+    monkeypatch.undo()
+    assert (index_dir / build_mod.MANIFEST).read_text() == before  # readers still see the old index
+    engine = store.connect(settings.database_url(index_dir))
+    builds = store.list_builds(engine)
+    assert [b["status"] for b in builds] == ["complete", "failed"]
+    assert "KeyboardInterrupt" in builds[-1]["error"]
+
+    result = build(sample_catalog, index_dir, id_column="poi_id")
+    assert (result.rows_inserted, result.entries_total, result.vectors_total) == (0, 300, 300)
+
+
+def test_index_factory_string_is_honoured(tmp_path, sample_catalog):
+    result = build(sample_catalog, tmp_path / "hnsw", factory="HNSW32")
+    manifest = build_mod.read_manifest(tmp_path / "hnsw")
+    assert manifest["index_factory"] == "HNSW32" and result.vectors_total == 300
+    assert "HNSW" in type(faiss_index.load(tmp_path / "hnsw" / manifest["index_file"]).index).__name__
+    with pytest.raises(ValueError, match="NotAnIndex"):
+        build(sample_catalog, tmp_path / "bad", factory="NotAnIndex")
+
+
+def test_query_model_must_match_the_index_model(built, tiny_model_dirs):
+    index_dir, _ = built
+    with pytest.raises(ModelMismatch, match="rebuild the index"):
+        open_resolver(index_dir, model=tiny_model_dirs[0])
+
+
+def test_rejected_rows_are_reported_with_line_and_reason(tmp_path):
+    catalog = tmp_path / "bad.csv"
+    catalog.write_text(
+        "id,address\n1,北京市朝阳区建国路88号\n2,\n3,上海市徐汇区\x07漕溪路\n4,北京市朝阳区建国路88号\n5,，，，\n",
+        encoding="utf-8",
+    )
+    result = build(catalog, tmp_path / "idx")
+    assert (result.rows_inserted, result.rows_rejected) == (1, 4)
+    rejects = (tmp_path / "idx" / build_mod.REJECTS).read_text(encoding="utf-8").splitlines()
+    assert rejects[0] == "line\treason\traw"
+    lines = [int(r.split("\t")[0]) for r in rejects[1:]]
+    assert lines == [3, 4, 5, 6]
+    assert "duplicate of line 2" in rejects[3]
+    assert "normalization" in rejects[4]

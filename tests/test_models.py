@@ -1,0 +1,66 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from mgeo_index import engine, settings
+from mgeo_index.model.bi_encoder import load_bi_encoder
+from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.model.manifest import MANIFEST, ModelError, fingerprint
+
+
+def test_round_trip_keeps_outputs_and_fingerprint(tiny_model_dirs, tmp_path):
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    before = engine.encode(bi, ["北京市朝阳区建国路88号", "人民路1号"])
+    bi.save(tmp_path / "copy")
+    again = load_bi_encoder(tmp_path / "copy")
+    np.testing.assert_allclose(engine.encode(again, ["北京市朝阳区建国路88号", "人民路1号"]), before, atol=1e-6)
+    assert again.fingerprint == bi.fingerprint == fingerprint(tiny_model_dirs[0])
+    manifest = json.loads((tmp_path / "copy" / MANIFEST).read_text())
+    assert manifest["kind"] == "bi-encoder" and manifest["projection_dim"] == 16
+    assert {"torch", "transformers", "mgeo_index"} <= set(manifest["versions"])
+
+
+def test_fingerprint_changes_with_weights(tiny_model_dirs, tmp_path):
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    with torch.no_grad():
+        bi.projection.weight.add_(0.5)
+    bi.save(tmp_path / "changed")
+    assert load_bi_encoder(tmp_path / "changed").fingerprint != fingerprint(tiny_model_dirs[0])
+
+
+def test_plain_hugging_face_checkpoint_loads_with_mean_pooling(tiny_model_dirs, tmp_path):
+    """Any BERT-style checkpoint (no mgeo-index manifest) works as a bi-encoder."""
+    tokenizer = load_bi_encoder(tiny_model_dirs[0]).tokenizer
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=48, max_position_embeddings=64)
+    BertModel(config).save_pretrained(tmp_path / "hf")
+    tokenizer.save_pretrained(tmp_path / "hf")
+    bi = load_bi_encoder(tmp_path / "hf")
+    assert bi.pooling == "mean" and bi.dim == 24 and bi.projection is None
+    assert engine.encode(bi, ["人民路1号"]).shape == (1, 24)
+    with pytest.raises(ModelError, match="labels"):
+        load_cross_encoder(tmp_path / "hf")  # two default labels, not the three we need
+
+
+def test_wrong_kind_and_missing_dir_are_clear_errors(tiny_model_dirs, tmp_path):
+    with pytest.raises(ModelError, match="cross-encoder model, but a bi-encoder"):
+        load_bi_encoder(tiny_model_dirs[1])
+    with pytest.raises(ModelError, match="no config.json"):
+        load_bi_encoder(tmp_path)
+
+
+def test_shipped_default_models_are_trained_and_consistent():
+    """The bundled models exist, are the trained ones (metrics recorded), and agree on labels."""
+    bi = load_bi_encoder(settings.DEFAULT_BI_MODEL)
+    cross = load_cross_encoder(settings.DEFAULT_CROSS_MODEL)
+    assert set(cross.labels) == set(settings.LABELS)
+    metrics = json.loads((settings.DEFAULT_MODEL_DIR / "metrics.json").read_text())
+    assert metrics["fingerprints"] == {"bi": bi.fingerprint, "cross": cross.fingerprint}
+    # a trained model tells a same-place pair from a different-place pair
+    probs = engine.score_pairs(cross, ["北京市朝阳区建国路88号", "北京市朝阳区建国路88号"],
+                               ["北京朝阳建国路88号", "广州市天河区中山大道西1号"])
+    exact = cross.labels.index("exact_match")
+    assert probs[0, exact] > probs[1, exact]
