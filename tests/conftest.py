@@ -9,10 +9,15 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import shutil  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
 
 from mgeo_index import settings  # noqa: E402
 
@@ -54,3 +59,52 @@ def sample_catalog(tmp_path) -> Path:
     path = tmp_path / "sample_catalog.csv"
     shutil.copy(SAMPLE, path)
     return path
+
+
+def _pg_admin_url() -> str:
+    """URL of the ``postgres`` maintenance database, or skip the test saying why."""
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed; PostgreSQL tests skipped")
+    candidates = [os.environ.get("MGEO_INDEX_TEST_PG_ADMIN_URL")] + [
+        f"postgresql+psycopg2://{user}@127.0.0.1:5432/postgres?connect_timeout=3" for user in ("postgres", "root")
+    ]
+    errors = []
+    for url in filter(None, candidates):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            return url
+        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            errors.append(f"{make_url(url).username}: {str(exc).splitlines()[0]}")
+        finally:
+            engine.dispose()
+    pytest.skip("PostgreSQL not reachable on 127.0.0.1:5432 (" + "; ".join(errors) + ")")
+
+
+@contextmanager
+def _fresh_pg_database() -> Iterator[str]:
+    """A fresh, uniquely named PostgreSQL database, dropped afterwards."""
+    admin_url = _pg_admin_url()
+    name = f"mgeo_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture()
+def pg_url() -> Iterator[str]:
+    with _fresh_pg_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """One fresh PostgreSQL database shared by a module (tests use distinct catalog names)."""
+    with _fresh_pg_database() as url:
+        yield url

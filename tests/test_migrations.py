@@ -1,56 +1,16 @@
 """Alembic migrations: upgrade/downgrade/idempotence on SQLite and (when reachable) PostgreSQL."""
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
-from sqlalchemy.engine import make_url
 
 from mgeo_index import store
 
 TABLES = {"catalogs", "entries", "builds"}
-
-
-def _pg_admin_url() -> str:
-    """URL of the ``postgres`` maintenance database, or skip the test saying why."""
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed; PostgreSQL tests skipped")
-    candidates = [os.environ.get("MGEO_INDEX_TEST_PG_ADMIN_URL")] + [
-        f"postgresql+psycopg2://{user}@127.0.0.1:5432/postgres?connect_timeout=3" for user in ("postgres", "root")
-    ]
-    errors = []
-    for url in filter(None, candidates):
-        engine = create_engine(url)
-        try:
-            with engine.connect() as conn:
-                conn.exec_driver_sql("SELECT 1")
-            return url
-        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
-            errors.append(f"{make_url(url).username}: {str(exc).splitlines()[0]}")
-        finally:
-            engine.dispose()
-    pytest.skip("PostgreSQL not reachable on 127.0.0.1:5432 (" + "; ".join(errors) + ")")
-
-
-@pytest.fixture()
-def pg_url() -> Iterator[str]:
-    """A fresh, uniquely named PostgreSQL database, dropped afterwards."""
-    admin_url = _pg_admin_url()
-    name = f"mgeo_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 @pytest.fixture()

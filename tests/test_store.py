@@ -1,14 +1,12 @@
 """mgeo_index.store against SQLite and (when reachable) PostgreSQL."""
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, create_engine, delete
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, delete
 from sqlalchemy.exc import IntegrityError
 
 from mgeo_index import store
@@ -20,42 +18,6 @@ ADDRESSES = [
     "深圳市南山区科技园南区深南大道10000号",
     "杭州市西湖区文三路90号",
 ]
-
-
-def _pg_admin_url() -> str:
-    """URL of the ``postgres`` maintenance database, or skip the test saying why."""
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed; PostgreSQL tests skipped")
-    candidates = [os.environ.get("MGEO_INDEX_TEST_PG_ADMIN_URL")] + [
-        f"postgresql+psycopg2://{user}@127.0.0.1:5432/postgres?connect_timeout=3" for user in ("postgres", "root")
-    ]
-    errors = []
-    for url in filter(None, candidates):
-        engine = create_engine(url)
-        try:
-            with engine.connect() as conn:
-                conn.exec_driver_sql("SELECT 1")
-            return url
-        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
-            errors.append(f"{make_url(url).username}: {str(exc).splitlines()[0]}")
-        finally:
-            engine.dispose()
-    pytest.skip("PostgreSQL not reachable on 127.0.0.1:5432 (" + "; ".join(errors) + ")")
-
-
-@pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    """One fresh PostgreSQL database for this module (tests use distinct catalog names)."""
-    admin_url = _pg_admin_url()
-    name = f"mgeo_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from mgeo_index.model.manifest import fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import save_tokenizer, fingerprint, read_manifest, write_manifest
 
 KIND = "bi-encoder"
 
@@ -65,7 +65,7 @@ class BiEncoder(nn.Module):
         encoder = self.encoder.half() if half else self.encoder
         encoder.save_pretrained(path)
         self.encoder.float()
-        self.tokenizer.save_pretrained(path)
+        save_tokenizer(self.tokenizer, path)
         if self.projection is not None:
             state = {k: v.detach().to(torch.float16 if half else torch.float32).contiguous()
                      for k, v in self.projection.state_dict().items()}

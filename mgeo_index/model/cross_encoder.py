@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from mgeo_index.model.manifest import ModelError, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import save_tokenizer, ModelError, fingerprint, read_manifest, write_manifest
 from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
@@ -39,7 +39,7 @@ class CrossEncoder(torch.nn.Module):
         model = self.model.half() if half else self.model
         model.save_pretrained(path)
         self.model.float()
-        self.tokenizer.save_pretrained(path)
+        save_tokenizer(self.tokenizer, path)
         write_manifest(
             path, {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
         )

@@ -43,15 +43,34 @@ def read_manifest(path: str | Path, kind: str) -> dict:
     return manifest
 
 
+# JSON keys that record how or when a file was written, not what the model computes: a fast
+# tokenizer serializes the padding/truncation state of its last call, configs carry versions.
+_VOLATILE_KEYS = {"padding", "truncation", "transformers_version", "versions", "dtype", "torch_dtype", "_name_or_path"}
+
+
 def fingerprint(path: str | Path) -> str:
-    """A short content hash of the files that define the model's outputs."""
+    """A short content hash of what defines the model's outputs (weights, vocabulary, settings)."""
     path = Path(path)
     digest = hashlib.sha256()
     for name in _FINGERPRINT_FILES:
         file = path / name
-        if file.exists():
-            digest.update(name.encode())
-            with file.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+        if not file.exists():
+            continue
+        digest.update(name.encode())
+        if name.endswith(".json"):
+            content = {k: v for k, v in json.loads(file.read_text()).items() if k not in _VOLATILE_KEYS}
+            digest.update(json.dumps(content, sort_keys=True, ensure_ascii=False).encode())
+            continue
+        with file.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()[:16]
+
+
+def save_tokenizer(tokenizer, path: Path) -> None:
+    """Save without the padding/truncation state left behind by the last batch call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_padding()
+        backend.no_truncation()
+    tokenizer.save_pretrained(path)

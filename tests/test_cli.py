@@ -1,0 +1,128 @@
+"""The command line, invoked in-process, on the bundled sample catalog."""
+import csv
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from mgeo_index import settings
+from mgeo_index.cli import app
+
+runner = CliRunner()
+
+
+def run(*args, input=None):
+    result = runner.invoke(app, [str(a) for a in args], input=input)
+    return result
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "idx"
+    result = run("build", settings.SAMPLE_CATALOG, "--index-dir", path, "--id-column", "poi_id")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"entries in store\s*│\s*300", result.output)
+    assert re.search(r"vectors in index\s*│\s*300", result.output)
+    return path
+
+
+def test_resolve_json_lines_in_input_order(index_dir):
+    queries = ["深圳南山中山路７５号东方科技园９号楼", "北京海淀燕园街道东风路127号东方大厦"]
+    result = run("resolve", *queries, "--index-dir", index_dir, "--json", "--top-k", "3")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [obj["query"] for obj in lines] == queries
+    for obj in lines:
+        assert len(obj["matches"]) == 3
+        assert {"id", "address", "score", "label", "probability"} <= set(obj["matches"][0])
+    assert lines[0]["matches"][0]["source_id"] == "P0001"
+
+
+def test_resolve_reads_stdin_and_file(index_dir, tmp_path):
+    file = tmp_path / "queries.txt"
+    file.write_text("深圳南山中山路75号东方科技园\n\n北京海淀东风路127号\n", encoding="utf-8")
+    from_file = run("resolve", "--file", file, "--index-dir", index_dir, "--json", "--no-rerank")
+    from_stdin = run("resolve", "--index-dir", index_dir, "--json", "--no-rerank", input=file.read_text(encoding="utf-8"))
+    assert from_file.exit_code == from_stdin.exit_code == 0
+    assert from_file.stdout == from_stdin.stdout
+    assert len(from_file.stdout.splitlines()) == 2
+    assert "label" not in json.loads(from_file.stdout.splitlines()[0])["matches"][0]
+
+
+def test_resolve_table(index_dir):
+    result = run("resolve", "北京海淀东风路127号东方大厦", "--index-dir", index_dir, "--top-k", "2")
+    assert result.exit_code == 0, result.output
+    for header in ("rank", "address", "score", "label", "probability"):
+        assert header in result.stdout
+
+
+def test_resolve_without_an_index_says_how_to_build(tmp_path):
+    result = run("resolve", "北京", "--index-dir", tmp_path / "nothing")
+    assert result.exit_code == 1
+    assert "mgeo-index build" in result.output
+
+
+def test_build_missing_column_names_it(tmp_path):
+    result = run("build", settings.SAMPLE_CATALOG, "--index-dir", tmp_path / "x", "--address-column", "addr_line")
+    assert result.exit_code == 1
+    assert "addr_line" in result.output and "address" in result.output
+
+
+def test_match_scores_pairs_in_input_order(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "pair_id\ta\tb\n"
+        "1\t北京市朝阳区建国路88号\t北京朝阳建国路88号\n"
+        "2\t北京市朝阳区建国路88号\t\n"
+        "3\t上海市徐汇区漕溪北路1号\t广州市天河区中山大道西1号\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "scored.tsv"
+    result = run("match", "--file", pairs, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "line 3: empty column 'b'" in result.output
+    rows = list(csv.DictReader(out.open(encoding="utf-8"), delimiter="\t"))
+    assert [r["pair_id"] for r in rows] == ["1", "2", "3"]
+    assert list(rows[0])[-4:] == ["label", "p_exact_match", "p_partial_match", "p_not_match"]
+    assert rows[1]["label"] == ""
+    for r in (rows[0], rows[2]):
+        probs = [float(r[f"p_{label}"]) for label in settings.LABELS]
+        assert abs(sum(probs) - 1) < 1e-4
+        assert r["label"] == settings.LABELS[probs.index(max(probs))]
+    assert float(rows[0]["p_exact_match"]) > float(rows[2]["p_exact_match"])
+
+
+def test_match_requires_columns_a_and_b(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("x\ty\n北京\t上海\n", encoding="utf-8")
+    result = run("match", "--file", pairs, "--out", tmp_path / "o.tsv")
+    assert result.exit_code == 1
+    assert "'a'" in result.output and "found: ['x', 'y']" in result.output
+
+
+def test_db_commands(tmp_path):
+    assert "empty" in run("db", "current", "--index-dir", tmp_path).stdout
+    assert "0001" in run("db", "upgrade", "--index-dir", tmp_path).stdout
+    assert "None" in run("db", "downgrade", "base", "--index-dir", tmp_path).stdout
+
+
+def _commands(group, prefix=()):
+    import typer.main
+
+    click_group = typer.main.get_command(group)
+    for name, command in click_group.commands.items():
+        if hasattr(command, "commands"):
+            for sub in command.commands:
+                yield (*prefix, name, sub)
+        else:
+            yield (*prefix, name)
+
+
+@pytest.mark.parametrize("command", list(_commands(app)), ids=" ".join)
+def test_every_command_has_help_with_an_example_and_is_documented(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout
+    readme = (settings.PACKAGE_DIR.parent / "README.md").read_text(encoding="utf-8")
+    assert f"mgeo-index {' '.join(command)}" in readme
