@@ -152,6 +152,8 @@ def build(
         index = _reusable_index(index_dir, catalog, bi.fingerprint, factory)
         if index is None:
             index = faiss_index.make_index(bi.dim, factory)
+        if device.startswith("cuda"):
+            index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
         all_ids = store.entry_ids(engine_, catalog_id)
         missing = np.setdiff1d(all_ids, faiss_index.index_ids(index), assume_unique=True)
         progress("encode", 0, len(missing))

@@ -232,6 +232,7 @@ class CatalogReader:
         max_chars: int = DEFAULT_MAX_CHARS,
         chunk_size: int = 5000,
         encoding: str | None = None,
+        dedupe: bool = True,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -240,6 +241,7 @@ class CatalogReader:
             raise CatalogError(f"catalog file {str(self.path)!r} does not exist")
         self.max_chars = max_chars
         self.chunk_size = chunk_size
+        self.dedupe = dedupe  # False: repeated ids / addresses are legitimate rows (normalize jobs)
         self.encoding = encoding or detect_encoding(self.path)
 
         with self._open() as fh:
@@ -372,7 +374,7 @@ class CatalogReader:
             key, what = source_id, f"same id {source_id!r}"
         else:
             key, what = _WHITESPACE.sub("", address), "same address"
-        first = seen.setdefault(hash(key), line)
+        first = seen.setdefault(hash(key), line) if self.dedupe else line
         if first != line:
             return reject(f"duplicate of line {first} ({what})")
         return Row(line=line, address=address, source_id=source_id, extra={c: fields[i] for i, c in extra_cols})
@@ -386,11 +388,14 @@ def read_catalog(
     max_chars: int = DEFAULT_MAX_CHARS,
     chunk_size: int = 5000,
     encoding: str | None = None,
+    dedupe: bool = True,
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
     ``address_column`` is auto-detected when not given; ``encoding`` is detected when
-    not given.  Iterate the result (or its ``chunks()``) for ``(rows, rejects)``.
+    not given.  ``dedupe=False`` accepts repeated ids / addresses (and keeps no per-row
+    memory), for files whose rows are records to process rather than catalog entries.
+    Iterate the result (or its ``chunks()``) for ``(rows, rejects)``.
     """
     return CatalogReader(
         path,
@@ -399,6 +404,7 @@ def read_catalog(
         max_chars=max_chars,
         chunk_size=chunk_size,
         encoding=encoding,
+        dedupe=dedupe,
     )
 
 

@@ -147,6 +147,7 @@ def resolve(
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates to retrieve and rerank.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Retrieval only (no cross-encoder).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Show which address elements agree or differ.")] = False,
     batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 256,
     db: Db = None,
     model: Model = None,
@@ -164,7 +165,7 @@ def resolve(
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank)
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
-            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank)):
+            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain)):
                 if as_json:
                     print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
                 else:
@@ -172,21 +173,35 @@ def resolve(
         sys.stdout.flush()
 
 
+_STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]q[/]", "only_b": "[dim]c[/]"}
+
+
+def _explain_cell(explain: dict) -> str:
+    """Compact element comparison: ✓ agree, ✗ differ, q/c only in the query/candidate."""
+    return " ".join(f"{_STATE_MARK[e['state']]}{name}" for name, e in explain.items())
+
+
 def _matches_table(query: str, matches: list[dict]) -> Table:
     table = Table(title=query, title_justify="left")
-    for name, justify in (("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")):
+    columns = [("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")]
+    if matches and "explain" in matches[0]:
+        columns.append(("elements (✓ agree ✗ differ, q/c one side)", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     colors = {"exact_match": "green", "partial_match": "yellow", "not_match": "red"}
     for rank, m in enumerate(matches, 1):
         label = m.get("label", "")
-        table.add_row(
+        cells = [
             str(rank),
             str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else ""),
             m["address"],
             f"{m['score']:.3f}",
             Text(label, style=colors.get(label, "")),
             f"{m['probability']:.3f}" if "probability" in m else "",
-        )
+        ]
+        if "explain" in m:
+            cells.append(_explain_cell(m["explain"]))
+        table.add_row(*cells)
     return table
 
 
@@ -194,6 +209,7 @@ def _matches_table(query: str, matches: list[dict]) -> Table:
 def match(
     file: Annotated[Path, typer.Option("--file", "-f", help="TSV/CSV with header columns a and b.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output TSV: input columns + label + p_<label>.")],
+    explain: Annotated[bool, typer.Option("--explain", help="Add a JSON column: which elements agree or differ.")] = False,
     cross_model: CrossModel = None,
     device: Device = None,
 ) -> None:
@@ -211,13 +227,109 @@ def match(
         cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(dev)
         with _progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
-            result = match_file(file, out, cross, device=dev, on_progress=lambda n: bar.update(task, advance=n))
+            result = match_file(file, out, cross, device=dev, explain=explain,
+                                on_progress=lambda n: bar.update(task, advance=n))
     for problem in result.invalid[:20]:
         err.print(f"[yellow]skipped[/] {problem}", highlight=False)
     if len(result.invalid) > 20:
         err.print(f"[yellow]… and {len(result.invalid) - 20} more rows with an empty address[/]")
     counts = ", ".join(f"{k} {v}" for k, v in result.label_counts.items())
     err.print(f"{result.scored} of {result.rows} pairs scored → {out} ({counts})")
+
+
+eval_app = typer.Typer(help="Measure match quality: pair classification and retrieval.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
+
+
+def _report_table(title: str, report: dict) -> Table:
+    table = Table(title=title)
+    for name in ("label", "precision", "recall", "F1", "support"):
+        table.add_column(name, justify="left" if name == "label" else "right")
+    for label, r in report["per_class"].items():
+        table.add_row(label, f"{r['precision']:.3f}", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["support"]))
+    table.add_row("macro", "", "", f"{report['macro_f1']:.3f}", str(report["n"]), style="bold")
+    table.caption = f"accuracy {report['accuracy']:.3f} · expected calibration error {report['ece']:.3f}"
+    return table
+
+
+def _confusion_table(report: dict) -> Table:
+    table = Table(title="Confusion (rows: gold, columns: predicted)")
+    table.add_column("gold \\ predicted")
+    for label in report["labels"]:
+        table.add_column(label, justify="right")
+    for label, row in zip(report["labels"], report["confusion"]):
+        table.add_row(label, *map(str, row))
+    return table
+
+
+@eval_app.command("pairs")
+def eval_pairs(
+    file: Annotated[Path, typer.Argument(help="Labeled pairs: query,candidate,label (CCKS) or addr1,addr2,label (0/1).")],
+    split: Split = "all",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a reliability diagram (PNG) here.")] = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+) -> None:
+    """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
+
+    Example: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --plot reliability.png
+    """
+    from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
+    from mgeo_index.model.cross_encoder import load_cross_encoder
+
+    with friendly_errors():
+        a, b, gold = read_labeled_pairs(file, split)
+        dev = settings.device(device)
+        cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(dev)
+        report = evaluate_pairs(cross, a, b, gold, device=dev)
+        probs = report.pop("_probs")
+        if plot is not None:
+            reliability_diagram(probs, gold, plot)
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    console.print(_report_table(f"{file.name} ({split}, {len(gold)} pairs)", report))
+    console.print(_confusion_table(report))
+    if plot is not None:
+        console.print(f"reliability diagram → {plot}")
+
+
+@eval_app.command("retrieval")
+def eval_retrieval(
+    queries: Annotated[Path, typer.Argument(help="TSV with query and gold columns, or a CCKS pairs file (exact_match rows).")],
+    index_dir: IndexDir = Path("mgeo-index"),
+    split: Split = "all",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=10, help="Candidates retrieved and reranked.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    db: Db = None,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+) -> None:
+    """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
+
+    Example: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --index-dir ccks-index
+    """
+    from mgeo_index.evaluate import evaluate_retrieval, read_gold_queries
+    from mgeo_index.resolver import open_resolver
+
+    with friendly_errors():
+        texts, gold = read_gold_queries(queries, split)
+        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
+        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k)
+    if as_json:
+        print(json.dumps(report))
+        return
+    table = Table(title=f"Retrieval: {report['gold_in_catalog']} of {report['queries']} queries have their gold entry in the catalog")
+    table.add_column("stage")
+    for name in ("recall@1", "recall@5", "recall@10", "mrr@10"):
+        table.add_column(name, justify="right")
+    for stage in ("retrieval", "reranked"):
+        r = report[stage]
+        table.add_row(stage, *(f"{r[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10")))
+    console.print(table)
 
 
 def _db_url(index_dir: Path | None, db: str | None) -> str:
@@ -300,6 +412,128 @@ def train(
                     cross_minutes=cross_minutes, seed=seed, log=err.print)
     )
     console.print_json(data={k: metrics[k] for k in ("ccks_dev", "shenzhen_dev", "ccks_dev_retrieval", "minutes")})
+
+
+@app.command()
+def normalize(
+    input: Annotated[Path, typer.Argument(help="CSV/TSV (UTF-8, UTF-8 with BOM or GB18030) or Parquet file of addresses.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output file: input columns + status, match_id, match_address, label, probability, alternatives, reason.")],
+    index_dir: IndexDir = Path("mgeo-index"),
+    address_column: Annotated[str | None, typer.Option(help="Column holding the address [default: detected].")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Column holding the row's own id (must not be empty).")] = None,
+    min_probability: Annotated[float, typer.Option(min=0.0, max=1.0, help="Least probability of the best candidate's label to call it matched.")] = 0.5,
+    ambiguous_margin: Annotated[float, typer.Option(min=0.0, max=1.0, help="Ambiguous when the runner-up's P(exact)+½P(partial) is within this of the best's.")] = 0.1,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates retrieved and reranked per row.")] = 10,
+    output_format: Annotated[str | None, typer.Option("--format", help="csv or parquet [default: from the --out suffix].")] = None,
+    chunk_size: Annotated[int, typer.Option(min=1, help="Rows per checkpoint (and per part file).")] = 8192,
+    batch_size: Annotated[int, typer.Option(min=1, help="Rows per resolver call.")] = 1024,
+    engine: Annotated[str, typer.Option(help="local, or ray (Ray Data actor pool).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address, e.g. ray://head:10001 [default: a local Ray].")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Ray actors (one model + index replica each) [default: CPU count locally].")] = None,
+    gpus_per_worker: Annotated[float, typer.Option(min=0.0, help="GPUs per Ray actor (0: CPU actors).")] = 0.0,
+    restart: Annotated[bool, typer.Option("--restart", help="Discard an unfinished job for this output and start over.")] = False,
+    db: Db = None,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+) -> None:
+    """Tie every row of a file to the catalog: matched / ambiguous / unmatched / rejected.
+
+    Runs as a job recorded in the store; if it is interrupted (Ctrl-C, kill -9), the same command resumes
+    from the last checkpoint, and the output holds every input row exactly once, in input order.
+
+    Example: mgeo-index normalize stores.csv --index-dir idx --out stores.matched.csv
+    """
+    from rich.progress import TimeRemainingColumn
+
+    from mgeo_index.jobs import JobError, normalize_file
+
+    if engine not in ("local", "ray"):
+        raise typer.BadParameter("--engine must be local or ray")
+    try:
+        with friendly_errors(), _progress() as bar:
+            bar.columns = (*bar.columns, TimeRemainingColumn())
+            task = bar.add_task("Resolving rows", total=None)
+
+            def on_job(job: dict) -> None:
+                if job["rows_done"]:
+                    err.print(f"Resuming job {job['id']} at row {job['rows_done']:,}", highlight=False)
+                else:
+                    bar.update(task, description=f"Job {job['id']}")
+
+            result = normalize_file(
+                input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device,
+                address_column=address_column, id_column=id_column, min_probability=min_probability,
+                margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
+                batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
+                gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job,
+                on_progress=lambda n, total: bar.update(task, advance=n, total=total),
+            )
+    except JobError as exc:
+        err.print(f"[bold red]Error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except ImportError as exc:
+        err.print(f"[bold red]Error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err.print("[yellow]Interrupted.[/] Run the same command again to resume from the last checkpoint.")
+        raise typer.Exit(130) from None
+    table = Table(title=f"Job {result.job_id} → {result.output}", show_header=False)
+    rows = [("rows", f"{result.rows:,}")]
+    if result.resumed_from:
+        rows.append(("resumed at row", f"{result.resumed_from:,}"))
+    rows += [(status, f"{n:,}") for status, n in result.counts.items()]
+    rows += [("engine", result.engine), ("format", result.output_format),
+             ("seconds", f"{result.seconds:.1f}"), ("rows/s", f"{result.rows_per_second:,.0f}")]
+    for name, value in rows:
+        table.add_row(name, value, style="yellow" if name == "rejected" and result.counts["rejected"] else None)
+    console.print(table)
+    if result.already_complete:
+        err.print(f"Job {result.job_id} had already finished; nothing was recomputed.")
+
+
+@app.command()
+def jobs(
+    index_dir: IndexDir = Path("mgeo-index"),
+    db: Db = None,
+    limit: Annotated[int, typer.Option(min=1, help="Most recent jobs to show.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job per line.")] = False,
+) -> None:
+    """List normalize jobs with their state, progress and counts (newest first).
+
+    A job shown as 'stale' was killed while running: the same normalize command resumes it.
+
+    Example: mgeo-index jobs --index-dir idx
+    """
+    from mgeo_index.jobs import STATUSES, list_jobs
+
+    with friendly_errors():
+        found = list_jobs(index_dir, db=db, limit=limit)
+    if as_json:
+        for job in found:
+            print(json.dumps(job, ensure_ascii=False, default=str))
+        return
+    if not found:
+        console.print(f"no jobs in the store of {index_dir}")
+        return
+    table = Table(title=f"Jobs in the store of {index_dir}", title_justify="left")
+    table.add_column("id", justify="right")
+    table.add_column("state", no_wrap=True)
+    table.add_column("rows", justify="right", no_wrap=True)
+    for name in STATUSES:
+        table.add_column(name, justify="right")
+    table.add_column("input → output", overflow="fold")
+    table.add_column("updated (UTC)", no_wrap=True)
+    colors = {"complete": "green", "running": "cyan", "stale": "yellow", "interrupted": "yellow", "failed": "red"}
+    for job in found:
+        total = job["rows_total"]
+        done = f"{job['rows_done']:,}" + (f"/~{total:,}" if total and job["state"] != "complete" else "")
+        table.add_row(
+            str(job["id"]), Text(job["state"], style=colors.get(job["state"], "")), done,
+            *(f"{job[s]:,}" for s in STATUSES), f"{Path(job['input_path']).name} → {job['output_path']}",
+            f"{job['updated_at']:%m-%d %H:%M}",
+        )
+    console.print(table)
 
 
 if __name__ == "__main__":

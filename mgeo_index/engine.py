@@ -106,6 +106,8 @@ def _run(
             inputs = pending
             if cuda:
                 torch.cuda.current_stream().wait_stream(copy_stream)
+                for tensor in inputs.values():  # allocated on the copy stream, used on this one
+                    tensor.record_stream(torch.cuda.current_stream())
             result = postprocess(module(**inputs))
             # tokenize + upload the next batch while this one runs on the GPU
             pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
@@ -175,19 +177,26 @@ def score_pairs(
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
     if not queries:
         return np.empty((0, len(cross.labels)), dtype=np.float32)
-    return _run(
+    stacked = getattr(cross, "feature_head", None) is not None
+    out = _run(
         cross,
         cross.tokenizer,
         list(queries),
         list(candidates),
         max_length=cross.max_length,
-        postprocess=lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature),
+        # plain model: softmax on the device; stacked: raw logits, combined with the features below
+        postprocess=(lambda logits: logits.float()) if stacked else (
+            lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature)),
         device=device,
         precision=precision,
         max_tokens=max_tokens,
         max_batch=max_batch,
         on_batch=on_batch,
     )
+    if stacked:
+        logits = cross.stacked_logits(torch.from_numpy(out), list(queries), list(candidates))
+        out = kernels.softmax(logits).numpy()
+    return out
 
 
 def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import engine
+from mgeo_index import engine, features
 from mgeo_index.catalog import CatalogError, detect_encoding, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import normalize
@@ -30,9 +31,12 @@ def match_file(
     *,
     device: str | None = None,
     chunk_size: int = 20000,
+    explain: bool = False,
     on_progress: Callable[[int], None] | None = None,
 ) -> MatchResult:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
+
+    ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}.
 
     Rows with an empty side keep their place with empty label/probabilities and are reported.
     The output is written to a temporary file and moved into place when complete.
@@ -52,7 +56,7 @@ def match_file(
                 f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
                 f"'a' and 'b' (found: {columns})"
             )
-        out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels]
+        out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels] + (["explain"] if explain else [])
         writer = csv.DictWriter(dst, fieldnames=out_columns, delimiter="\t", extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         chunk: list[tuple[int, dict]] = []
@@ -70,6 +74,9 @@ def match_file(
                     row["label"] = label
                     result.label_counts[label] += 1
                     row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
+                    if explain:
+                        states = {k: e["state"] for k, e in features.explain(row["a"], row["b"]).items()}
+                        row["explain"] = json.dumps(states, ensure_ascii=False)
                 writer.writerow(row)
             result.scored += len(valid)
             if on_progress:

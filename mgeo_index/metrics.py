@@ -23,7 +23,9 @@ def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequ
     return {
         "n": int(matrix.sum()),
         "accuracy": float(tp.sum() / max(matrix.sum(), 1)),
-        "macro_f1": float(f1.mean()),
+        # over the classes present in gold or predictions (as sklearn does): a binary data set
+        # scored by a 3-way model is not penalized for the class it never contains
+        "macro_f1": float(f1[(matrix.sum(0) + matrix.sum(1)) > 0].mean()) if matrix.sum() else 0.0,
         "per_class": {
             label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
             for label, p, r, f, s in zip(labels, precision, recall, f1, matrix.sum(1))
@@ -55,7 +57,9 @@ def retrieval_report(ranked_ids: np.ndarray, gold_ids: Sequence, ks: Sequence[in
     first = np.where(hits.any(1), hits.argmax(1), -1)
     report = {f"recall@{k}": float(((first >= 0) & (first < k)).mean()) for k in ks}
     k_max = max(ks)
-    rr = np.where((first >= 0) & (first < k_max), 1.0 / (first + 1), 0.0)
+    found = (first >= 0) & (first < k_max)
+    rr = np.zeros(len(first))
+    rr[found] = 1.0 / (first[found] + 1)
     report[f"mrr@{k_max}"] = float(rr.mean())
     report["n"] = int(len(gold))
     return report

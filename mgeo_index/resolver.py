@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import build as build_mod, engine, index as faiss_index, settings, store
+from mgeo_index import build as build_mod, engine, features, index as faiss_index, settings, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
@@ -34,8 +34,13 @@ class Resolver:
     manifest: dict
     device: str
 
-    def resolve(self, queries: Sequence[str], *, top_k: int = 10, rerank: bool = True) -> list[list[dict]]:
-        """For each query, up to ``top_k`` matches, best first (see README for the fields)."""
+    def resolve(
+        self, queries: Sequence[str], *, top_k: int = 10, rerank: bool = True, explain: bool = False
+    ) -> list[list[dict]]:
+        """For each query, up to ``top_k`` matches, best first (see README for the fields).
+
+        ``explain`` adds, per match, which address elements agree or differ (:func:`features.explain`).
+        """
         normalized = [normalize(q) for q in queries]
         vectors = engine.encode(self.bi, normalized, device=self.device)
         scores, ids = faiss_index.search(self.index, vectors, top_k)
@@ -57,9 +62,11 @@ class Resolver:
             )
         if rerank and self.cross is not None:
             self._rerank(normalized, results)
-        for matches in results:
+        for query, matches in zip(normalized, results):
             for m in matches:
-                m.pop("_normalized")
+                candidate = m.pop("_normalized")
+                if explain:
+                    m["explain"] = features.explain(query, candidate)
         return results
 
     def _rerank(self, normalized: list[str], results: list[list[dict]]) -> None:

@@ -17,8 +17,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def normalize(text: str) -> str:
     """NFKC (full-width → half-width), lowercase, drop control chars, noise punctuation and spaces."""
-    text = unicodedata.normalize("NFKC", text)
-    text = _CONTROL.sub("", text)
-    text = _NOISE.sub("", text)
-    text = _SPACE.sub("", text)
-    return text.lower()
+    # Removing a character can let its neighbours compose differently under NFKC (a + space +
+    # combining accent), so repeat until nothing changes: that is what makes it idempotent.
+    for _ in range(4):
+        before = text
+        text = unicodedata.normalize("NFKC", text).lower()
+        text = _CONTROL.sub("", text)
+        text = _NOISE.sub("", text)
+        text = _SPACE.sub("", text)
+        if text == before:
+            break
+    return text

@@ -119,3 +119,14 @@ def test_rejected_rows_are_reported_with_line_and_reason(tmp_path):
     assert lines == [3, 4, 5, 6]
     assert "duplicate of line 2" in rejects[3]
     assert "normalization" in rejects[4]
+
+
+def test_build_and_resolve_against_postgresql(pg_url, tmp_path, sample_catalog):
+    """The store on a real PostgreSQL server (skipped, saying why, where none is reachable)."""
+    result = build(sample_catalog, tmp_path / "idx", db=pg_url, id_column="poi_id")
+    assert (result.entries_total, result.vectors_total) == (300, 300)
+    assert not (tmp_path / "idx" / settings.DB_FILENAME).exists()  # nothing went to SQLite
+    again = build(sample_catalog, tmp_path / "idx", db=pg_url, id_column="poi_id")
+    assert (again.rows_inserted, again.vectors_total) == (0, 300)
+    matches = open_resolver(tmp_path / "idx", db=pg_url).resolve(["北京海淀燕园街道东风路127号东方大厦"], top_k=3)[0]
+    assert matches[0]["source_id"] == "P0003"

@@ -1,7 +1,13 @@
 """Cross-encoder: (query, candidate) → exact_match / partial_match / not_match.
 
 A Hugging Face sequence-classification checkpoint with three labels, plus a manifest holding
-the maximum pair length and the calibration temperature fitted on a dev split.
+the maximum pair length and the calibration temperature fitted on a held-out split.
+
+Optionally a *stacked* scorer: a small feature head over structured agreement features
+(:mod:`mgeo_index.features`: which admin levels, road, number, building, POI agree, n-gram and
+edit-distance similarities) whose logits are combined with the network's:
+``logits = alpha * network_logits + beta * feature_logits + bias``, the three combination
+parameters fitted on the held-out calibration split (they subsume the temperature).
 """
 from __future__ import annotations
 
@@ -10,10 +16,26 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from mgeo_index.model.manifest import save_tokenizer, ModelError, fingerprint, read_manifest, write_manifest
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from mgeo_index.model.manifest import ModelError, fingerprint, read_manifest, save_tokenizer, write_manifest
 from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
+FEATURE_HEAD = "feature_head.safetensors"
+
+
+class FeatureHead(nn.Module):
+    """(B, F) structured features → (B, 3) logits."""
+
+    def __init__(self, n_features: int, hidden: int = 64, n_labels: int = 3):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, n_labels))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features)
 
 
 class CrossEncoder(torch.nn.Module):
@@ -26,12 +48,24 @@ class CrossEncoder(torch.nn.Module):
         self.labels = tuple(model.config.id2label[i] for i in range(model.config.num_labels))
         self.fingerprint = ""
         self.path: str | None = None  # where it was loaded from or saved to
+        self.feature_head: FeatureHead | None = None
+        self.stack: dict | None = None  # {"alpha": float, "beta": float, "bias": [3 floats], "features": [...]}
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order
         return self.model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).logits
+
+    def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str]) -> torch.Tensor:
+        """Combine network logits (B, 3) with the feature head's logits for the same pairs."""
+        from mgeo_index.features import pair_features_batch
+
+        features = torch.from_numpy(pair_features_batch(first, second))
+        with torch.inference_mode():
+            feature_logits = self.feature_head(features)
+        bias = torch.tensor(self.stack["bias"], dtype=torch.float32)
+        return self.stack["alpha"] * logits.float().cpu() + self.stack["beta"] * feature_logits + bias
 
     def save(self, path: str | Path, *, half: bool = True) -> None:
         path = Path(path)
@@ -40,9 +74,12 @@ class CrossEncoder(torch.nn.Module):
         model.save_pretrained(path)
         self.model.float()
         save_tokenizer(self.tokenizer, path)
-        write_manifest(
-            path, {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
-        )
+        manifest = {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
+        (path / FEATURE_HEAD).unlink(missing_ok=True)
+        if self.feature_head is not None:
+            save_file({k: v.detach().float().contiguous() for k, v in self.feature_head.state_dict().items()}, path / FEATURE_HEAD)
+            manifest["stack"] = self.stack
+        write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
 
@@ -64,6 +101,15 @@ def load_cross_encoder(path: str | Path) -> CrossEncoder:
         max_length=manifest.get("max_length", 128),
         temperature=float(manifest.get("temperature", 1.0)),
     )
+    if manifest.get("stack"):
+        from mgeo_index.features import FEATURE_NAMES
+
+        if manifest["stack"].get("features") != list(FEATURE_NAMES):
+            raise ModelError(f"{path}: its feature head was trained on other features than this version computes; retrain it.")
+        state = load_file(path / FEATURE_HEAD)
+        cross.feature_head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0]).eval()
+        cross.feature_head.load_state_dict(state)
+        cross.stack = manifest["stack"]
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

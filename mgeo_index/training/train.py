@@ -24,7 +24,8 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequ
 from mgeo_index import engine
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
-from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
+from mgeo_index.features import FEATURE_NAMES, pair_features_batch
+from mgeo_index.model.cross_encoder import CrossEncoder, FeatureHead, load_cross_encoder
 from mgeo_index.model.tokenizer import SPECIAL_TOKENS, build_char_tokenizer
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -307,14 +308,67 @@ def _pair_logits(cross: CrossEncoder, examples) -> np.ndarray:
     return np.log(np.clip(probs, 1e-12, None))  # log-softmax = logits up to a per-row constant
 
 
+def train_feature_head(examples, *, epochs: int = 20, seed: int = 0) -> FeatureHead:
+    """The feature-only scorer, trained on the train split (features are deterministic: no leakage)."""
+    torch.manual_seed(seed)
+    x = torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples]))
+    y = torch.tensor([g for *_, g in examples])
+    counts = torch.bincount(y, minlength=len(LABELS)).float()
+    weights = (len(y) / (len(LABELS) * counts.clamp(min=1))) ** 0.5
+    head = FeatureHead(x.shape[1])
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3, weight_decay=1e-4)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(y), generator=generator).split(256):
+            loss = F.cross_entropy(head(x[idx]), y[idx], weight=weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return head.eval()
+
+
+def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.ndarray) -> dict:
+    """alpha, beta, per-class bias minimizing NLL of alpha·network + beta·features + bias (L-BFGS)."""
+    net, feat = torch.tensor(network_logits, dtype=torch.float64), torch.tensor(feature_logits, dtype=torch.float64)
+    target = torch.tensor(gold)
+    params = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(params[0] * net + params[1] * feat + params[2:], target)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    alpha, beta, *bias = params.detach().tolist()
+    return {"alpha": alpha, "beta": beta, "bias": bias, "features": list(FEATURE_NAMES)}
+
+
 def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair]) -> dict:
+    """Temperature of the network alone, then the stacked scorer; ship whichever fits calib better."""
     cross = load_cross_encoder(cfg.out / "work" / "cross_uncalibrated")
     calib = _cross_examples(pairs, "calib")
-    temperature = fit_temperature(_pair_logits(cross, calib), np.array([g for *_, g in calib]))
+    gold = np.array([g for *_, g in calib])
+    network_logits = _pair_logits(cross, calib)
+    temperature = fit_temperature(network_logits, gold)
+    head = train_feature_head(_cross_examples(pairs, "train"), seed=cfg.seed)
+    with torch.inference_mode():
+        feature_logits = head(torch.from_numpy(pair_features_batch(
+            [normalize(a) for a, _, _ in calib], [normalize(b) for _, b, _ in calib]))).double().numpy()
+    stack = fit_stack(network_logits, feature_logits, gold)
+    nll_network = float(F.cross_entropy(torch.tensor(network_logits / temperature), torch.tensor(gold)))
+    combined = stack["alpha"] * network_logits + stack["beta"] * feature_logits + np.array(stack["bias"])
+    nll_stacked = float(F.cross_entropy(torch.tensor(combined), torch.tensor(gold)))
     cross.temperature = temperature
+    if nll_stacked < nll_network:
+        cross.feature_head, cross.stack = head, stack
     cross.save(cfg.out / "cross")
-    cfg.log(f"[calibrate] temperature {temperature:.3f} on {len(calib)} calibration pairs")
-    return {"temperature": temperature, "calibration_pairs": len(calib)}
+    stats = {"temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll_network,
+             "calib_nll_stacked": nll_stacked, "stacked": cross.feature_head is not None,
+             "stack": {k: v for k, v in stack.items() if k != "features"}}
+    cfg.log(f"[calibrate] {stats}")
+    return stats
 
 
 def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev") -> dict:

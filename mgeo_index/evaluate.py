@@ -1,0 +1,138 @@
+"""`mgeo-index eval`: pair classification and retrieval quality, measured the same way everywhere.
+
+Pair files: CCKS style (``query, candidate, label`` with the three labels, optional ``query_id``) or
+Shenzhen style (``addr1, addr2, label`` with 1 = same place → exact_match, 0 → not_match), TSV or
+CSV, optionally gzipped. ``split`` keeps only the rows whose group (query_id, else the first address)
+falls in that split of :func:`mgeo_index.training.data.split_of`, so figures on the shared data are
+reported on the dev split the shipped model never saw.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from pathlib import Path
+
+import numpy as np
+
+from mgeo_index import engine
+from mgeo_index.catalog import CatalogError
+from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
+from mgeo_index.settings import LABELS
+from mgeo_index.text import normalize
+from mgeo_index.training.data import split_of
+
+_BINARY = {"1": "exact_match", "0": "not_match"}
+
+
+def _open_text(path: Path):
+    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str], list[str], list[int]]:
+    """(first addresses, second addresses, gold label indices) from a CCKS- or Shenzhen-style file."""
+    path = Path(path)
+    with _open_text(path) as fh:
+        header = fh.readline()
+        delimiter = "\t" if "\t" in header else ","
+        columns = next(csv.reader([header], delimiter=delimiter))
+        for first, second in (("query", "candidate"), ("addr1", "addr2"), ("a", "b")):
+            if first in columns and second in columns and "label" in columns:
+                break
+        else:
+            raise CatalogError(
+                f"{path}: expected columns query, candidate, label (CCKS style) or addr1, addr2, label "
+                f"(Shenzhen style); found {columns}"
+            )
+        a, b, gold = [], [], []
+        for line, row in enumerate(csv.DictReader(fh, fieldnames=columns, delimiter=delimiter, quoting=csv.QUOTE_NONE), 2):
+            label = _BINARY.get(row["label"], row["label"])
+            if label not in LABELS:
+                raise CatalogError(f"{path} line {line}: label {row['label']!r} is not one of {LABELS} or 0/1")
+            if split != "all" and split_of(row.get("query_id") or row[first]) != split:
+                continue
+            a.append(row[first])
+            b.append(row[second])
+            gold.append(LABELS.index(label))
+    return a, b, gold
+
+
+def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None) -> dict:
+    probs = engine.score_pairs(cross, [normalize(x) for x in a], [normalize(y) for y in b], device=device)
+    order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
+    probs = probs[:, order]
+    report = classification_report(gold, probs.argmax(1), LABELS)
+    report["ece"] = expected_calibration_error(probs, gold)
+    report["_probs"] = probs
+    return report
+
+
+def reliability_diagram(probs: np.ndarray, gold: list[int], path: str | Path, bins: int = 10) -> None:
+    """Top-label confidence vs accuracy per bin, with the bin sizes: a PNG for people."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # optional dependency
+        raise ImportError("the reliability diagram needs matplotlib: pip install 'mgeo-index[eval]'") from exc
+    confidence = probs.max(1)
+    correct = probs.argmax(1) == np.asarray(gold)
+    edges = np.linspace(0, 1, bins + 1)
+    centers, accuracy, counts = [], [], []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        mask = (confidence > lo) & (confidence <= hi)
+        if mask.any():
+            centers.append(confidence[mask].mean())
+            accuracy.append(correct[mask].mean())
+            counts.append(int(mask.sum()))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5, 6), height_ratios=[3, 1], sharex=True)
+    top.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    top.plot(centers, accuracy, "o-", label="mgeo-index")
+    top.set_ylabel("accuracy")
+    top.set_title(f"Reliability (ECE {expected_calibration_error(probs, gold):.3f}, n={len(gold)})")
+    top.legend(loc="upper left")
+    bottom.bar(centers, counts, width=0.08)
+    bottom.set_xlabel("confidence of the predicted label")
+    bottom.set_ylabel("pairs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], list[str]]:
+    """(queries, gold catalog addresses): a CCKS pairs file (its exact_match rows) or a TSV ``query, gold``."""
+    path = Path(path)
+    with _open_text(path) as fh:
+        reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        columns = reader.fieldnames or []
+        if {"query", "candidate", "label"} <= set(columns):
+            rows = [(r["query"], r["candidate"], r.get("query_id") or r["query"]) for r in reader if r["label"] == "exact_match"]
+        elif {"query", "gold"} <= set(columns):
+            rows = [(r["query"], r["gold"], r["query"]) for r in reader]
+        else:
+            raise CatalogError(f"{path}: expected columns query, gold (or a CCKS pairs file); found {columns}")
+    rows = [r for r in rows if split == "all" or split_of(r[2]) == split]
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+def evaluate_retrieval(resolver, queries: list[str], gold_addresses: list[str], *, top_k: int = 10) -> dict:
+    """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address."""
+    from mgeo_index import store
+
+    catalog_id = store.catalog_id(resolver.engine, resolver.manifest["catalog"])
+    gold_ids = store.ids_by_normalized(resolver.engine, catalog_id, [normalize(g) for g in gold_addresses])
+    keep = [i for i, g in enumerate(gold_ids) if g is not None]
+    if not keep:
+        raise CatalogError("none of the gold addresses is in the index's catalog")
+    queries = [queries[i] for i in keep]
+    gold = np.array([gold_ids[i] for i in keep])
+    report = {"queries": len(gold_addresses), "gold_in_catalog": len(keep)}
+    for name, rerank in (("retrieval", False), ("reranked", True)):
+        ranked = []
+        for start in range(0, len(queries), 256):
+            for matches in resolver.resolve(queries[start : start + 256], top_k=top_k, rerank=rerank):
+                ranked.append([m["id"] for m in matches] + [-1] * (top_k - len(matches)))
+        report[name] = retrieval_report(np.array(ranked), gold, ks=(1, 5, 10))
+    return report

@@ -1,0 +1,125 @@
+"""Ray Data engine for normalize jobs: the same micro-batches as the local engine, resolved by
+``map_batches`` over an actor pool (each actor opens its own resolver: model + index replica).
+
+The driver keeps reading, validating, writing parts and checkpointing exactly as the local engine
+does; only the resolving moves to the actors. Input is sent in *windows* of chunks: each window is a
+dataset whose rows are micro-batches (one list of addresses per row, ``batch_size=1``), so every
+actor call resolves exactly the micro-batch the local engine would resolve, which makes the results
+identical row for row. Each window re-creates the actor pool (Ray Data pools live as long as one
+dataset execution), so windows are sized to keep the model loading small next to the work.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from mgeo_index.jobs import Chunk, Policy, micro_batches, resolve_outcomes
+
+INSTALL_HINT = "the Ray engine needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
+CHUNKS_PER_WORKER = 4  # chunks per actor in one window
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return ray
+
+
+class ResolveBatch:
+    """The actor: one resolver per actor, one micro-batch per call."""
+
+    def __init__(self, index_dir: str, db: str | None, model: str, cross_model: str, device: str,
+                 min_probability: float, margin: float, top_k: int) -> None:
+        from mgeo_index.resolver import open_resolver
+
+        self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
+        self.policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+
+        outcomes = []
+        for addresses in batch["addresses"]:
+            addresses = [str(a) for a in addresses]
+            found = resolve_outcomes(self.resolver, addresses, self.policy, batch_size=max(len(addresses), 1))
+            outcomes.append(json.dumps(found, ensure_ascii=False))
+        return {"seq": np.asarray(batch["seq"]), "outcomes": np.asarray(outcomes, dtype=object)}
+
+
+def _init(ray, address: str | None, workers: int) -> None:
+    if ray.is_initialized():
+        return
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        return
+    env = {k: os.environ[k] for k in ("TRITON_INTERPRET", "MGEO_INDEX_DB", "MGEO_INDEX_DEVICE") if k in os.environ}
+    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING, runtime_env={"env_vars": env} if env else None)
+
+
+def ray_outcomes(
+    chunks: Iterator[Chunk],
+    *,
+    policy: Policy,
+    batch_size: int,
+    index_dir: Path,
+    db: str | None,
+    model: str,
+    cross_model: str,
+    device: str | None,
+    address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float = 0.0,
+) -> Iterator[tuple[Chunk, list[dict]]]:
+    """``(chunk, outcomes of its valid rows)`` in input order, resolved on a Ray actor pool."""
+    ray = _import_ray()
+    workers = workers or (1 if address else max((os.cpu_count() or 1), 1))
+    _init(ray, address, workers)
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = False
+    actor_device = "cuda" if gpus_per_worker > 0 else (device or "cpu")
+    kwargs = {
+        "index_dir": str(Path(index_dir).resolve()), "db": db, "model": model, "cross_model": cross_model,
+        "device": actor_device, "min_probability": policy.min_probability, "margin": policy.margin, "top_k": policy.top_k,
+    }
+    window: list[Chunk] = []
+    for chunk in chunks:
+        window.append(chunk)
+        if len(window) >= workers * CHUNKS_PER_WORKER:
+            yield from _run_window(ray, window, batch_size, workers, gpus_per_worker, kwargs)
+            window = []
+    if window:
+        yield from _run_window(ray, window, batch_size, workers, gpus_per_worker, kwargs)
+
+
+def _run_window(ray, window: list[Chunk], batch_size: int, workers: int, gpus: float, kwargs: dict):
+    items, owner = [], []
+    for ci, chunk in enumerate(window):
+        for batch in micro_batches(chunk.valid_addresses(), batch_size):
+            items.append({"seq": len(items), "addresses": batch})
+            owner.append(ci)
+    results: list[list[dict]] = [[] for _ in window]
+    if items:
+        ds = ray.data.from_items(items, override_num_blocks=min(len(items), workers * 4)).map_batches(
+            ResolveBatch,
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=min(workers, len(items))),
+            fn_constructor_kwargs=kwargs,
+            **({"num_gpus": gpus} if gpus else {"num_cpus": 1}),
+        )
+        outcomes: dict[int, list[dict]] = {}
+        for row in ds.iter_rows():
+            outcomes[int(row["seq"])] = json.loads(row["outcomes"])
+        if len(outcomes) != len(items):
+            raise RuntimeError(f"Ray returned {len(outcomes)} of {len(items)} micro-batches")
+        for seq in range(len(items)):
+            results[owner[seq]].extend(outcomes[seq])
+    yield from zip(window, results)

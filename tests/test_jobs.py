@@ -1,0 +1,367 @@
+"""Normalize jobs: every row exactly once (also after a real kill -9), rejects, ambiguity, Parquet,
+refusals to resume over another index/model, the jobs table's migration, and Ray vs local.
+
+Assertions do not depend on the bundled model being good, except that a real variant of a sample
+address finds its catalog entry among the alternatives.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from mgeo_index import settings, store
+from mgeo_index.jobs import JobError, Policy, decide, normalize_file
+
+CHUNK, BATCH, TOP_K = 25, 10, 2
+VARIANT = "深圳南山中山路７５号东方科技园９号楼"  # P0001 without province/city, full-width digits
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory) -> Path:
+    from mgeo_index.build import build
+
+    path = tmp_path_factory.mktemp("jobs") / "idx"
+    build(settings.SAMPLE_CATALOG, path, id_column="poi_id", device="cpu")
+    return path
+
+
+def _catalog_rows() -> list[dict]:
+    return list(csv.DictReader(settings.SAMPLE_CATALOG.open(encoding="utf-8")))
+
+
+def _write_input(path: Path, n: int) -> list[tuple[str, str]]:
+    """n rows of (store_id, address): variants of catalog addresses, a duplicate and bad rows."""
+    catalog = _catalog_rows()
+    rows: list[tuple[str, str]] = [("S-variant", VARIANT)]
+    for i in range(n - 5):
+        address = catalog[i % len(catalog)]["address"]
+        rows.append((f"S{i}", address[3:] if i % 2 else address))
+    rows[3:3] = [("S-empty", ""), ("S-punct", "！！！"), ("S-dup", rows[1][1]), ("S-long", "路" * 300)]
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["store_id", "address", "note"])
+        for sid, address in rows:
+            writer.writerow([sid, address, f"note {sid}"])
+    return rows
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def job_input(tmp_path_factory) -> tuple[Path, list[tuple[str, str]]]:
+    path = tmp_path_factory.mktemp("input") / "stores.csv"
+    return path, _write_input(path, 120)
+
+
+@pytest.fixture(scope="module")
+def reference(index_dir, job_input, tmp_path_factory) -> tuple[Path, object]:
+    """An uninterrupted run: the output every other run of the same job must reproduce."""
+    out = tmp_path_factory.mktemp("ref") / "stores.out.csv"
+    result = normalize_file(job_input[0], out, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH, top_k=TOP_K)
+    return out, result
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def _m(id_, exact, partial, label=None, prob=None):
+    probs = {"exact_match": exact, "partial_match": partial, "not_match": 1 - exact - partial}
+    label = label or max(probs, key=probs.get)
+    return {"id": id_, "source_id": f"P{id_}", "address": f"addr {id_}", "score": 0.9, "label": label,
+            "probability": prob if prob is not None else probs[label], "probabilities": probs}
+
+
+def test_decide_matched_ambiguous_unmatched():
+    policy = Policy(min_probability=0.5, margin=0.1, top_k=3)
+    matched = decide([_m(1, 0.9, 0.05), _m(2, 0.2, 0.1)], policy)
+    assert (matched["status"], matched["match_id"], matched["match_address"]) == ("matched", "P1", "addr 1")
+    assert [a["id"] for a in json.loads(matched["alternatives"])] == ["P1", "P2"]
+    # runner-up's P(exact) + ½P(partial) = 0.75 + 0.05 within 0.1 of 0.8 + 0.05
+    ambiguous = decide([_m(1, 0.8, 0.1), _m(2, 0.75, 0.1)], policy)
+    assert ambiguous["status"] == "ambiguous" and ambiguous["match_id"] == "P1"
+    assert decide([_m(1, 0.8, 0.1), _m(2, 0.75, 0.1)], Policy(margin=0.0))["status"] == "matched"
+    assert decide([_m(1, 0.05, 0.05)], policy)["status"] == "unmatched"  # best label not_match
+    low = decide([_m(1, 0.45, 0.2)], policy)  # exact_match at 0.45 < min_probability
+    assert (low["status"], low["match_id"], low["label"]) == ("unmatched", "", "exact_match")
+    assert decide([], policy)["status"] == "unmatched"
+    assert len(json.loads(decide([_m(i, 0.9, 0.0) for i in range(5)], policy)["alternatives"])) == 3
+
+
+# --------------------------------------------------------------------------- local engine
+
+
+def test_every_row_once_in_order_with_rejects(index_dir, job_input, reference):
+    _, rows = job_input
+    out, result = reference
+    got = _read_csv(out)
+    assert [r["store_id"] for r in got] == [sid for sid, _ in rows]
+    assert list(got[0]) == ["store_id", "address", "note", "status", "match_id", "match_address", "label",
+                            "probability", "alternatives", "reason"]
+    by_id = {r["store_id"]: r for r in got}
+    assert "empty address" in by_id["S-empty"]["reason"]
+    assert "no letters or digits" in by_id["S-punct"]["reason"]
+    assert "longer than the model's limit" in by_id["S-long"]["reason"]
+    assert {by_id[s]["status"] for s in ("S-empty", "S-punct", "S-long")} == {"rejected"}
+    assert by_id["S-dup"]["status"] != "rejected"  # repeated addresses are legitimate input rows
+    assert by_id["S-dup"]["alternatives"] == by_id[rows[1][0]]["alternatives"]
+    for r in got:
+        assert r["status"] in ("matched", "ambiguous", "unmatched", "rejected")
+        if r["status"] != "rejected":
+            assert r["reason"] == "" and len(json.loads(r["alternatives"])) == TOP_K
+            assert 0 <= float(r["probability"]) <= 1
+        if r["status"] in ("matched", "ambiguous"):
+            assert r["match_id"] == json.loads(r["alternatives"])[0]["id"]
+    assert "P0001" in [a["id"] for a in json.loads(by_id["S-variant"]["alternatives"])]
+
+    assert result.rows == len(rows) and result.counts["rejected"] == 3
+    assert sum(result.counts.values()) == len(rows)
+    job = store.get_job(store.connect(settings.database_url(index_dir)), result.job_id)
+    assert job["status"] == "complete" and job["rows_done"] == len(rows)
+    assert job["parts_done"] == -(-len(rows) // CHUNK)
+    assert job["input_fingerprint"].startswith("sha256:") and job["build_id"] and job["cross_model_fingerprint"]
+    assert not list(out.parent.glob(".*parts"))  # parts removed once complete
+
+
+def _job_in_store(index_dir: Path, out: Path) -> dict | None:
+    engine = create_engine(settings.database_url(index_dir))
+    try:
+        return store.latest_job(engine, str(out.resolve()))
+    except Exception:  # noqa: BLE001 - table not created yet
+        return None
+    finally:
+        engine.dispose()
+
+
+def test_kill_9_mid_job_then_resume_gives_every_row_exactly_once(index_dir, job_input, reference, tmp_path):
+    path, rows = job_input
+    out = tmp_path / "killed.csv"
+    cmd = [sys.executable, "-m", "mgeo_index.cli", "normalize", str(path), "--index-dir", str(index_dir),
+           "--out", str(out), "--chunk-size", str(CHUNK), "--batch-size", str(BATCH), "--top-k", str(TOP_K),
+           "--device", "cpu"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            job = _job_in_store(index_dir, out)
+            if job and job["parts_done"] >= 2:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        else:
+            pytest.fail("the job made no progress")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    job = _job_in_store(index_dir, out)
+    assert 0 < job["rows_done"] < len(rows), "killed too late to test resuming"
+    assert not out.exists()
+
+    from mgeo_index.jobs import list_jobs
+
+    assert {j["id"]: j["state"] for j in list_jobs(index_dir)}[job["id"]] == "stale"
+    resumed = normalize_file(path, out, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH, top_k=TOP_K)
+    assert resumed.job_id == job["id"] and resumed.resumed_from >= job["rows_done"]
+    assert out.read_bytes() == reference[0].read_bytes()
+    assert [r["store_id"] for r in _read_csv(out)] == [sid for sid, _ in rows]
+    assert store.get_job(store.connect(settings.database_url(index_dir)), job["id"])["runs"] == 2
+
+
+def _interrupt_after_first_chunk():
+    calls = []
+
+    def on_progress(n, total):
+        calls.append(n)
+        if len(calls) == 2:  # the first call reports the rows already done
+            raise KeyboardInterrupt
+
+    return on_progress
+
+
+def test_resume_refused_over_another_model_or_parameters(index_dir, job_input, tiny_model_dirs, tmp_path):
+    path, _ = job_input
+    out = tmp_path / "out.csv"
+    args = dict(device="cpu", chunk_size=CHUNK, batch_size=BATCH, top_k=1)
+    with pytest.raises(KeyboardInterrupt):
+        normalize_file(path, out, index_dir, on_progress=_interrupt_after_first_chunk(), **args)
+    job = _job_in_store(index_dir, out)
+    assert (job["status"], job["rows_done"]) == ("interrupted", CHUNK)
+
+    with pytest.raises(JobError) as refused:
+        normalize_file(path, out, index_dir, cross_model=tiny_model_dirs[1], **args)
+    message = str(refused.value)
+    assert job["cross_model_fingerprint"] in message and "--restart" in message
+    from mgeo_index.model.manifest import fingerprint
+
+    assert fingerprint(tiny_model_dirs[1]) in message
+    with pytest.raises(JobError, match=r"min_probability 0\.5 → 0\.9"):
+        normalize_file(path, out, index_dir, min_probability=0.9, **args)
+
+    changed = tmp_path / "changed.csv"
+    changed.write_text("address\n北京市海淀区东风路127号\n", encoding="utf-8")
+    with pytest.raises(JobError, match="input file changed"):
+        normalize_file(changed, out, index_dir, **args)
+
+    # the index changed under the job: building again makes a new build id and index file
+    from mgeo_index.build import build
+
+    rebuilt = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu")
+    with pytest.raises(JobError) as refused:
+        normalize_file(path, out, index_dir, **args)
+    message = str(refused.value)
+    assert f"index build {job['build_id']} ({job['index_file']})" in message
+    assert f"index build {rebuilt.build_id} (index-{rebuilt.build_id}.faiss)" in message
+    assert _job_in_store(index_dir, out)["status"] == "interrupted"  # refusals leave the job as it was
+
+
+def test_restart_discards_the_unfinished_job(index_dir, tmp_path):
+    path = tmp_path / "in.csv"
+    _write_input(path, 12)
+    out = tmp_path / "out.csv"
+    args = dict(device="cpu", chunk_size=4, batch_size=4, top_k=1)
+    with pytest.raises(KeyboardInterrupt):
+        normalize_file(path, out, index_dir, on_progress=_interrupt_after_first_chunk(), **args)
+    first = _job_in_store(index_dir, out)
+    with pytest.raises(JobError):
+        normalize_file(path, out, index_dir, **{**args, "top_k": 2})
+    result = normalize_file(path, out, index_dir, restart=True, **{**args, "top_k": 2})
+    assert result.job_id != first["id"] and result.resumed_from == 0
+    assert store.get_job(store.connect(settings.database_url(index_dir)), first["id"])["status"] == "abandoned"
+    assert len(_read_csv(out)) == 12
+
+
+def test_ambiguous_margin(index_dir, tmp_path):
+    path = tmp_path / "in.csv"
+    rows = _write_input(path, 14)
+    out = tmp_path / "out.tsv"
+    normalize_file(path, out, index_dir, device="cpu", top_k=2, min_probability=0.0, margin=1.0)
+    got = list(csv.DictReader(out.open(encoding="utf-8"), delimiter="\t"))
+    assert len(got) == len(rows)
+    for r in got:
+        if r["status"] != "rejected":  # every runner-up is within a margin of 1
+            assert r["status"] == "ambiguous" and r["match_id"] == json.loads(r["alternatives"])[0]["id"]
+
+
+def test_parquet_in_and_out_keeps_types(index_dir, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    catalog = _catalog_rows()[:10]
+    table = pa.table({
+        "shop": pa.array(list(range(10)), type=pa.int64()),
+        "地址": [r["address"][3:] for r in catalog[:9]] + [None],
+    })
+    src = tmp_path / "in.parquet"
+    pq.write_table(table, src, row_group_size=4)
+    out = tmp_path / "out.parquet"
+    result = normalize_file(src, out, index_dir, device="cpu", top_k=1, chunk_size=3)
+    got = pq.read_table(out)
+    assert got.column_names == ["shop", "地址", "status", "match_id", "match_address", "label", "probability",
+                                "alternatives", "reason"]
+    assert got.schema.field("shop").type == pa.int64() and got.schema.field("probability").type == pa.float64()
+    assert got.column("shop").to_pylist() == list(range(10))
+    status = got.column("status").to_pylist()
+    assert status[-1] == "rejected" and "empty address" in got.column("reason").to_pylist()[-1]
+    assert "rejected" not in status[:-1] and result.rows == 10
+
+    # CSV in, Parquet out (by --format): the same rows as the CSV output
+    csv_src = tmp_path / "in.csv"
+    _write_input(csv_src, 8)
+    as_csv, as_parquet = tmp_path / "o.csv", tmp_path / "o.data"
+    normalize_file(csv_src, as_csv, index_dir, device="cpu", top_k=1)
+    normalize_file(csv_src, as_parquet, index_dir, device="cpu", top_k=1, output_format="parquet")
+    parquet_rows = pq.read_table(as_parquet).to_pylist()
+    csv_rows = _read_csv(as_csv)
+    assert [r["store_id"] for r in parquet_rows] == [r["store_id"] for r in csv_rows]
+    assert [r["alternatives"] for r in parquet_rows] == [r["alternatives"] for r in csv_rows]
+
+
+def test_output_columns_get_a_prefix_when_the_input_has_them(index_dir, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text("address,status\n北京市海淀区东风路127号,open\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    normalize_file(path, out, index_dir, device="cpu", top_k=1)
+    row = _read_csv(out)[0]
+    assert row["status"] == "open" and row["mgeo_status"] in ("matched", "ambiguous", "unmatched")
+
+
+def test_jobs_cli_lists_jobs(index_dir, reference):
+    from typer.testing import CliRunner
+
+    from mgeo_index.cli import app
+
+    result = CliRunner().invoke(app, ["jobs", "--index-dir", str(index_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    jobs = [json.loads(line) for line in result.stdout.splitlines()]
+    ref = next(j for j in jobs if j["id"] == reference[1].job_id)
+    assert ref["state"] == "complete" and ref["rows_done"] == reference[1].rows
+    table = CliRunner().invoke(app, ["jobs", "--index-dir", str(index_dir)])
+    assert table.exit_code == 0 and "complete" in table.stdout
+
+
+# --------------------------------------------------------------------------- Ray engine
+
+
+def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
+    pytest.importorskip("ray.data", reason="ray[data] is not installed")
+    import ray
+
+    path = tmp_path / "in.csv"
+    rows = _write_input(path, 300)
+    local, remote = tmp_path / "local.csv", tmp_path / "ray.csv"
+    args = dict(device="cpu", chunk_size=60, batch_size=20, top_k=1)
+    normalize_file(path, local, index_dir, **args)
+    try:
+        result = normalize_file(path, remote, index_dir, engine="ray", workers=2, **args)
+    finally:
+        ray.shutdown()
+    assert result.engine == "ray" and result.rows == len(rows)
+    assert remote.read_bytes() == local.read_bytes()
+
+
+# --------------------------------------------------------------------------- migration 0002
+
+
+def _migrate_0001_to_head(url: str) -> None:
+    store.upgrade(url, "0001")
+    engine = create_engine(url)
+    try:
+        assert "jobs" not in inspect(engine).get_table_names()
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO catalogs (name, created_at) VALUES ('kept', CURRENT_TIMESTAMP)"))
+        store.upgrade(url)
+        assert store.current_revision(url) == "0002"
+        assert {"jobs", "job_checkpoints"} <= set(inspect(engine).get_table_names())
+        job_id = store.create_job(engine, status="running", input_path="a.csv", input_fingerprint="sha256:x",
+                                  input_format="csv", output_path="/o.csv", output_format="csv", engine="local")
+        store.add_checkpoint(engine, job_id, seq=1, rows_end=10, rows=10, part_file="part-000001.csv",
+                             part_bytes=123, counts={"matched": 7, "rejected": 3})
+        job = store.get_job(engine, job_id)
+        assert (job["rows_done"], job["parts_done"], job["matched"], job["rejected"]) == (10, 1, 7, 3)
+        with pytest.raises(LookupError):  # a checkpoint out of sequence is refused
+            store.add_checkpoint(engine, job_id, seq=3, rows_end=20, rows=10, part_file="p3", part_bytes=1, counts={})
+        store.downgrade(url, "0001")
+        assert "jobs" not in inspect(engine).get_table_names()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT name FROM catalogs")).scalar_one() == "kept"
+    finally:
+        engine.dispose()
+
+
+def test_jobs_migration_sqlite(tmp_path):
+    _migrate_0001_to_head(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_jobs_migration_postgresql(pg_url):
+    _migrate_0001_to_head(pg_url)
