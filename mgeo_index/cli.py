@@ -456,10 +456,10 @@ def normalize(
             task = bar.add_task("Resolving rows", total=None)
 
             def on_job(job: dict) -> None:
+                bar.update(task, description=f"Job {job['id']}")
                 if job["rows_done"]:
                     err.print(f"Resuming job {job['id']} at row {job['rows_done']:,}", highlight=False)
-                else:
-                    bar.update(task, description=f"Job {job['id']}")
+                    bar.reset(task, completed=job["rows_done"], total=job["rows_total"])  # rate counts this run only
 
             result = normalize_file(
                 input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device,

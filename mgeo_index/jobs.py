@@ -60,7 +60,8 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format")
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
-# on_progress(rows_advanced, rows_total_estimate)
+# on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
+# runs are in the job passed to on_job: rows_done)
 Progress = Callable[[int, int | None], None]
 
 
@@ -182,9 +183,10 @@ def input_format(path: str | Path) -> str:
 
 
 def _require_pyarrow():
+    import importlib
+
     try:
-        import pyarrow  # noqa: F401
-        import pyarrow.parquet  # noqa: F401
+        importlib.import_module("pyarrow.parquet")
     except ImportError:  # pragma: no cover - depends on the environment
         raise JobError("Parquet needs pyarrow: pip install 'mgeo-index[parquet]'") from None
 
@@ -636,7 +638,6 @@ def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dic
     missing = [name for name in sorted(recorded) if not (pdir / name).is_file()]
     if missing:
         raise JobError(f"job {job['id']}: part files {missing[:3]} are missing from {pdir}; pass --restart to start over")
-    progress(done, rows_total)
 
     def pending(skip: int = done) -> Iterator[Chunk]:
         consumed = 0

@@ -13,7 +13,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -414,7 +414,7 @@ def train(cfg: TrainConfig) -> dict:
     bi = load_bi_encoder(cfg.out / "bi")
     cross = load_cross_encoder(cfg.out / "cross")
     metrics = {
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items() if k != "log"},
+        "config": {f.name: (str(v) if isinstance(v := getattr(cfg, f.name), Path) else v) for f in fields(cfg) if f.name != "log"},
         "stages": {"mlm": mlm_stats, "bi": bi_stats, "cross": cross_stats, "calibration": calib_stats},
         "ccks_dev": evaluate_pairs(cross, ccks),
         "shenzhen_dev": evaluate_pairs(cross, shenzhen),
