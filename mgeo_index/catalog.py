@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import codecs
 import csv
+import gzip
+import io
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -90,6 +92,27 @@ def _decodes(data: bytes, encoding: str, final: bool) -> bool:
     return True
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_binary(path: str | Path):  # noqa: ANN201 - a binary file object
+    """The file's bytes, gunzipped on the fly when it is gzip-compressed (by content, not name)."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == _GZIP_MAGIC
+    return gzip.open(path, "rb") if gzipped else open(path, "rb")
+
+
+def open_text(path: str | Path, encoding: str, errors: str = "strict"):  # noqa: ANN201 - a text file object
+    """Text view of a plain or gzipped file, universal newlines left to the csv module."""
+    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="")
+
+
+def data_suffix(path: str | Path) -> str:
+    """``.tsv`` for ``x.tsv`` and ``x.tsv.gz``: the suffix that says what the data is."""
+    suffixes = Path(path).suffixes
+    return suffixes[-2] if len(suffixes) >= 2 and suffixes[-1].lower() == ".gz" else (suffixes[-1] if suffixes else "")
+
+
 def detect_encoding(path: str | Path) -> str:
     """``'utf-8-sig'``, ``'utf-16'`` (BOMs), ``'utf-8'`` or ``'gb18030'``; else charset-normalizer's guess.
 
@@ -97,7 +120,7 @@ def detect_encoding(path: str | Path) -> str:
     those rows are rejected one by one, which beats reading the whole file as
     GB18030 mojibake (UTF-8 Chinese text often happens to decode as GB18030).
     """
-    with open(path, "rb") as fh:
+    with open_binary(path) as fh:
         data = fh.read(_SAMPLE_BYTES)
         final = not fh.read(1)
     if data.startswith(codecs.BOM_UTF8):
@@ -252,7 +275,7 @@ class CatalogReader:
                 raise CatalogError(f"first line of {str(self.path)!r} is blank; it must be the header")
             if _SURROGATES.search(first):
                 raise CatalogError(f"header line of {str(self.path)!r} has undecodable bytes; re-save the file as UTF-8")
-            self.delimiter = sniff_delimiter(first, self.path.suffix)
+            self.delimiter = sniff_delimiter(first, data_suffix(self.path))
             fh.seek(0)
             reader = csv.reader(fh, delimiter=self.delimiter)
             self.columns: list[str] = _clean_header(next(reader))
@@ -276,7 +299,7 @@ class CatalogReader:
 
     def _open(self):  # noqa: ANN202 - a text file object
         # surrogateescape keeps undecodable bytes visible per row instead of failing the file.
-        return open(self.path, encoding=self.encoding, errors="surrogateescape", newline="")
+        return open_text(self.path, self.encoding, errors="surrogateescape")
 
     def __iter__(self) -> Iterator[tuple[list[Row], list[Reject]]]:
         return self.chunks()

@@ -9,14 +9,12 @@ reported on the dev split the shipped model never saw.
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 from pathlib import Path
 
 import numpy as np
 
 from mgeo_index import engine
-from mgeo_index.catalog import CatalogError
+from mgeo_index.catalog import CatalogError, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -26,8 +24,7 @@ _BINARY = {"1": "exact_match", "0": "not_match"}
 
 
 def _open_text(path: Path):
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    return open_text(path, "utf-8-sig")
 
 
 def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str], list[str], list[int]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index import engine, features
-from mgeo_index.catalog import CatalogError, detect_encoding, sniff_delimiter
+from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import normalize
 
@@ -45,8 +45,8 @@ def match_file(
     encoding = detect_encoding(pairs_path)
     result = MatchResult(label_counts={label: 0 for label in cross.labels})
     tmp = out_path.with_name(f".{out_path.name}.tmp")
-    with open(pairs_path, encoding=encoding, newline="") as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
-        delimiter = sniff_delimiter(src.readline(), pairs_path.suffix)
+    with open_text(pairs_path, encoding) as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
+        delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
         src.seek(0)
         reader = csv.DictReader(src, delimiter=delimiter)
         columns = list(reader.fieldnames or [])

@@ -315,3 +315,16 @@ def test_rejects_from_file_roundtrip(tmp_path: Path) -> None:
         f"4\tduplicate of line 2 (same address)\t{ADDRESSES[0]}",
         "5\tundecodable bytes in row; re-save the file as UTF-8\t\\xff\\xfe bad",
     ]
+
+
+def test_gzipped_tsv_is_read_like_the_plain_file(tmp_path):
+    import gzip
+
+    plain = tmp_path / "cat.tsv"
+    plain.write_text("id\taddress\n1\t北京市朝阳区建国路88号\n2\t上海市徐汇区漕溪北路1号\n", encoding="utf-8")
+    packed = tmp_path / "cat.tsv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    readers = [read_catalog(p, id_column="id") for p in (plain, packed)]
+    assert [r.delimiter for r in readers] == ["\t", "\t"]
+    chunks = [[(row.line, row.address, row.source_id) for rows, _ in r.chunks() for row in rows] for r in readers]
+    assert chunks[0] == chunks[1] == [(2, "北京市朝阳区建国路88号", "1"), (3, "上海市徐汇区漕溪北路1号", "2")]
