@@ -173,11 +173,11 @@ def resolve(
         sys.stdout.flush()
 
 
-_STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]q[/]", "only_b": "[dim]c[/]"}
+_STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]−[/]", "only_b": "[dim]+[/]"}
 
 
 def _explain_cell(explain: dict) -> str:
-    """Compact element comparison: ✓ agree, ✗ differ, q/c only in the query/candidate."""
+    """Compact element comparison: ✓ agree, ✗ differ, − only in the query, + only in the candidate."""
     return " ".join(f"{_STATE_MARK[e['state']]}{name}" for name, e in explain.items())
 
 
@@ -185,9 +185,9 @@ def _matches_table(query: str, matches: list[dict]) -> Table:
     table = Table(title=query, title_justify="left")
     columns = [("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")]
     if matches and "explain" in matches[0]:
-        columns.append(("elements (✓ agree ✗ differ, q/c one side)", "left"))
+        columns.append(("elements: ✓ agree ✗ differ − query only + candidate only", "left"))
     for name, justify in columns:
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, overflow="fold")  # addresses are shown whole
     colors = {"exact_match": "green", "partial_match": "yellow", "not_match": "red"}
     for rank, m in enumerate(matches, 1):
         label = m.get("label", "")

@@ -126,3 +126,12 @@ def test_every_command_has_help_with_an_example_and_is_documented(command):
     assert "Example:" in result.stdout
     readme = (settings.PACKAGE_DIR.parent / "README.md").read_text(encoding="utf-8")
     assert f"mgeo-index {' '.join(command)}" in readme
+
+
+def test_resolve_explain_in_json_and_table(index_dir):
+    result = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--explain", "--top-k", "2")
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout)["matches"][0]
+    assert best["explain"]["roadno"] == {"state": "agree", "query": "75号", "candidate": "75号", "text": "roadno agrees: 75号"}
+    table = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--explain", "--top-k", "1")
+    assert "✓roadno" in table.stdout

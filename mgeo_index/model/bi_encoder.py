@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from mgeo_index.model.manifest import save_tokenizer, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import quiet_transformers, save_tokenizer, fingerprint, read_manifest, write_manifest
 
 KIND = "bi-encoder"
 
@@ -86,6 +86,7 @@ class BiEncoder(nn.Module):
 def load_bi_encoder(path: str | Path) -> BiEncoder:
     path = Path(path)
     manifest = read_manifest(path, KIND)
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(path)
     encoder = AutoModel.from_pretrained(path, dtype=torch.float32, add_pooling_layer=False)
     max_length = manifest.get("max_length") or min(tokenizer.model_max_length, 128)

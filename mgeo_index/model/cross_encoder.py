@@ -19,7 +19,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mgeo_index.model.manifest import ModelError, fingerprint, read_manifest, save_tokenizer, write_manifest
+from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_tokenizer, write_manifest
 from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
@@ -87,6 +87,7 @@ class CrossEncoder(torch.nn.Module):
 def load_cross_encoder(path: str | Path) -> CrossEncoder:
     path = Path(path)
     manifest = read_manifest(path, KIND)
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
     labels = tuple(model.config.id2label[i] for i in range(model.config.num_labels))

@@ -12,6 +12,14 @@ _FINGERPRINT_FILES = (
 )
 
 
+def quiet_transformers() -> None:
+    """No per-load progress bars or load reports from transformers on our users' terminals."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
 class ModelError(Exception):
     """A model directory is missing, incomplete or of the wrong kind."""
 
