@@ -317,9 +317,9 @@ def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
     import ray
 
     path = tmp_path / "in.csv"
-    rows = _write_input(path, 300)
+    rows = _write_input(path, 2000)
     local, remote = tmp_path / "local.csv", tmp_path / "ray.csv"
-    args = dict(device="cpu", chunk_size=60, batch_size=20, top_k=1)
+    args = dict(device="cpu", chunk_size=250, batch_size=125, top_k=1)
     normalize_file(path, local, index_dir, **args)
     try:
         result = normalize_file(path, remote, index_dir, engine="ray", workers=2, **args)
