@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import engine, index as faiss_index, settings, store
+from mgeo_index import engine, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.catalog import Reject, read_catalog, write_rejects
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import normalize
@@ -166,17 +166,28 @@ def build(
             faiss_index.add(index, np.concatenate(vectors), np.concatenate(ids))
         timings["encode"] = time.perf_counter() - t0
 
-        # 3. write aside, then switch atomically
+        # 3. the character n-gram index for hybrid retrieval, over every entry (cheap: seconds)
+        t0 = time.perf_counter()
+        texts, text_ids = [], []
+        for batch in store.iter_entries(engine_, catalog_id, batch_size=20000):
+            texts += [e["normalized"] for e in batch]
+            text_ids += [e["id"] for e in batch]
+        sparse_file = f"sparse-{build_id}.npz"
+        sparse_index.save_atomic(sparse_index.build_sparse(texts, text_ids), index_dir / sparse_file)
+        timings["sparse"] = time.perf_counter() - t0
+
+        # 4. write aside, then switch atomically
         t0 = time.perf_counter()
         index_file = f"index-{build_id}.faiss"
         faiss_index.save_atomic(index, index_dir / index_file)
-        previous = _previous_index_file(index_dir)
+        previous = _previous_files(index_dir)
         write_json_atomic(
             index_dir / MANIFEST,
             {
                 "build_id": build_id,
                 "catalog": catalog,
                 "index_file": index_file,
+                "sparse_file": sparse_file,
                 "index_factory": factory,
                 "dim": bi.dim,
                 "ntotal": int(index.ntotal),
@@ -185,8 +196,8 @@ def build(
                 "database": _redact(settings.database_url(index_dir, db)),
             },
         )
-        if previous and previous != index_file:
-            (index_dir / previous).unlink(missing_ok=True)
+        for name in previous - {index_file, sparse_file}:
+            (index_dir / name).unlink(missing_ok=True)
         timings["save"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - started
 
@@ -217,11 +228,13 @@ def build(
         engine_.dispose()
 
 
-def _previous_index_file(index_dir: Path) -> str | None:
+def _previous_files(index_dir: Path) -> set[str]:
+    """Files of the generation being replaced (deleted once the new one is switched in)."""
     try:
-        return read_manifest(index_dir).get("index_file")
+        manifest = read_manifest(index_dir)
     except FileNotFoundError:
-        return None
+        return set()
+    return {manifest[key] for key in ("index_file", "sparse_file") if manifest.get(key)}
 
 
 def _redact(url: str) -> str:

@@ -34,6 +34,7 @@ Db = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of the stor
 Model = Annotated[Path | None, typer.Option("--model", help="Bi-encoder directory [env MGEO_INDEX_MODEL; default: the bundled model].")]
 CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-encoder directory [env MGEO_INDEX_CROSS_MODEL; default: bundled].")]
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … [env MGEO_INDEX_DEVICE; default: cuda when available].")]
+Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 
 
 @app.callback()
@@ -148,6 +149,7 @@ def resolve(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Retrieval only (no cross-encoder).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show which address elements agree or differ.")] = False,
+    retrieval: Retrieval = "hybrid",
     batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 256,
     db: Db = None,
     model: Model = None,
@@ -165,7 +167,7 @@ def resolve(
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank)
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
-            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain)):
+            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval)):
                 if as_json:
                     print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
                 else:
@@ -303,6 +305,7 @@ def eval_retrieval(
     split: Split = "all",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=10, help="Candidates retrieved and reranked.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    retrieval: Retrieval = "hybrid",
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,
@@ -318,11 +321,11 @@ def eval_retrieval(
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
-        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k)
+        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval)
     if as_json:
         print(json.dumps(report))
         return
-    table = Table(title=f"Retrieval: {report['gold_in_catalog']} of {report['queries']} queries have their gold entry in the catalog")
+    table = Table(title=f"Retrieval ({retrieval}): {report['gold_in_catalog']} of {report['queries']} queries have their gold entry in the catalog")
     table.add_column("stage")
     for name in ("recall@1", "recall@5", "recall@10", "mrr@10"):
         table.add_column(name, justify="right")

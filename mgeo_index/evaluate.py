@@ -114,7 +114,9 @@ def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], 
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
-def evaluate_retrieval(resolver, queries: list[str], gold_addresses: list[str], *, top_k: int = 10) -> dict:
+def evaluate_retrieval(
+    resolver, queries: list[str], gold_addresses: list[str], *, top_k: int = 10, retrieval: str = "hybrid"
+) -> dict:
     """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address."""
     from mgeo_index import store
 
@@ -125,11 +127,11 @@ def evaluate_retrieval(resolver, queries: list[str], gold_addresses: list[str], 
         raise CatalogError("none of the gold addresses is in the index's catalog")
     queries = [queries[i] for i in keep]
     gold = np.array([gold_ids[i] for i in keep])
-    report = {"queries": len(gold_addresses), "gold_in_catalog": len(keep)}
+    report = {"queries": len(gold_addresses), "gold_in_catalog": len(keep), "method": retrieval}
     for name, rerank in (("retrieval", False), ("reranked", True)):
         ranked = []
         for start in range(0, len(queries), 256):
-            for matches in resolver.resolve(queries[start : start + 256], top_k=top_k, rerank=rerank):
+            for matches in resolver.resolve(queries[start : start + 256], top_k=top_k, rerank=rerank, retrieval=retrieval):
                 ranked.append([m["id"] for m in matches] + [-1] * (top_k - len(matches)))
         report[name] = retrieval_report(np.array(ranked), gold, ks=(1, 5, 10))
     return report

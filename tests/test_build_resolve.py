@@ -130,3 +130,14 @@ def test_build_and_resolve_against_postgresql(pg_url, tmp_path, sample_catalog):
     assert (again.rows_inserted, again.vectors_total) == (0, 300)
     matches = open_resolver(tmp_path / "idx", db=pg_url).resolve(["北京海淀燕园街道东风路127号东方大厦"], top_k=3)[0]
     assert matches[0]["source_id"] == "P0003"
+
+
+def test_every_retrieval_mode_finds_the_variant(built):
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    for retrieval in ("hybrid", "dense", "sparse"):
+        matches = resolver.resolve(["北京海淀燕园街道东风路127号东方大厦"], top_k=3, retrieval=retrieval)[0]
+        assert matches[0]["source_id"] == "P0003", retrieval
+        assert len(matches) == 3 and all(m["score"] is not None for m in matches)
+    with pytest.raises(ValueError, match="retrieval must be one of"):
+        resolver.resolve(["北京"], retrieval="magic")

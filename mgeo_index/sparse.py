@@ -1,0 +1,132 @@
+"""Character n-gram TF-IDF retrieval: the sparse half of hybrid retrieval.
+
+Dense embeddings capture paraphrase (北京朝阳 ~ 北京市朝阳区) but a small model misses rare exact
+strings (a shop name, a road it has never seen); character bigrams and trigrams catch those. Both
+candidate lists are fused by reciprocal rank before reranking.
+
+Stored as one ``.npz`` beside the FAISS file: the n-gram vocabulary, idf weights, the L2-normalized
+CSR matrix (one row per entry) and the entry ids of its rows.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import sparse
+
+NGRAMS = (2, 3)
+
+
+def ngrams(text: str) -> Counter:
+    grams: Counter = Counter()
+    for n in NGRAMS:
+        grams.update(text[i : i + n] for i in range(len(text) - n + 1))
+    if len(text) == 1:
+        grams[text] += 1
+    return grams
+
+
+@dataclass
+class SparseIndex:
+    vocabulary: dict[str, int]
+    idf: np.ndarray  # (V,) float32
+    matrix: sparse.csr_matrix  # (N, V) rows L2-normalized
+    ids: np.ndarray  # (N,) int64 entry ids
+
+    def _vectorize(self, texts: Sequence[str]) -> sparse.csr_matrix:
+        rows, cols, vals = [], [], []
+        for r, text in enumerate(texts):
+            for gram, tf in ngrams(text).items():
+                col = self.vocabulary.get(gram)
+                if col is not None:
+                    rows.append(r)
+                    cols.append(col)
+                    vals.append((1.0 + np.log(tf)) * self.idf[col])
+        m = sparse.csr_matrix((np.asarray(vals, dtype=np.float32), (rows, cols)), shape=(len(texts), len(self.idf)))
+        norms = np.sqrt(np.asarray(m.multiply(m).sum(1)).ravel())
+        return sparse.diags(1.0 / np.maximum(norms, 1e-12)).dot(m).tocsr()
+
+    def search(self, texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Cosine scores (n, k) and entry ids (n, k), best first; -1 ids where fewer than k match."""
+        k = min(k, len(self.ids))
+        scores = np.zeros((len(texts), k), dtype=np.float32)
+        ids = np.full((len(texts), k), -1, dtype=np.int64)
+        if k == 0 or not len(texts):
+            return scores, ids
+        sims = self._vectorize(texts).dot(self.matrix.T).tocsr()  # (n, N), sparse
+        for r in range(len(texts)):
+            row = sims.getrow(r)
+            if row.nnz == 0:
+                continue
+            top = np.argsort(-row.data, kind="stable")[:k]
+            scores[r, : len(top)] = row.data[top]
+            ids[r, : len(top)] = self.ids[row.indices[top]]
+        return scores, ids
+
+
+def build_sparse(texts: Iterable[str], ids: Sequence[int]) -> SparseIndex:
+    texts = list(texts)
+    vocabulary: dict[str, int] = {}
+    df: list[int] = []
+    rows, cols, tfs = [], [], []
+    for r, text in enumerate(texts):
+        for gram, tf in ngrams(text).items():
+            col = vocabulary.setdefault(gram, len(vocabulary))
+            if col == len(df):
+                df.append(0)
+            df[col] += 1
+            rows.append(r)
+            cols.append(col)
+            tfs.append(1.0 + np.log(tf))
+    idf = (np.log((1 + len(texts)) / (1 + np.asarray(df, dtype=np.float64))) + 1.0).astype(np.float32)
+    index = SparseIndex(vocabulary, idf, sparse.csr_matrix((0, len(idf)), dtype=np.float32), np.asarray(ids, dtype=np.int64))
+    raw = sparse.csr_matrix((np.asarray(tfs, dtype=np.float32) * idf[cols], (rows, cols)), shape=(len(texts), len(idf)))
+    norms = np.sqrt(np.asarray(raw.multiply(raw).sum(1)).ravel())
+    index.matrix = sparse.diags(1.0 / np.maximum(norms, 1e-12)).dot(raw).tocsr().astype(np.float32)
+    return index
+
+
+def save_atomic(index: SparseIndex, path: str | Path) -> None:
+    path = Path(path)
+    buffer = io.BytesIO()
+    m = index.matrix
+    np.savez(
+        buffer,
+        vocabulary=np.asarray(list(index.vocabulary), dtype=object).astype(str),
+        idf=index.idf, data=m.data, indices=m.indices, indptr=m.indptr, shape=np.asarray(m.shape), ids=index.ids,
+    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(buffer.getvalue())
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load(path: str | Path) -> SparseIndex:
+    with np.load(path, allow_pickle=False) as z:
+        vocabulary = {gram: i for i, gram in enumerate(z["vocabulary"].tolist())}
+        matrix = sparse.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        return SparseIndex(vocabulary, z["idf"], matrix, z["ids"])
+
+
+def fuse(
+    rankings: Sequence[np.ndarray], k: int, weights: Sequence[float] | None = None, constant: float = 60.0
+) -> list[list[tuple[int, float]]]:
+    """Weighted reciprocal-rank fusion of (n, k_i) id matrices → up to ``k`` (id, score) per row, best first."""
+    weights = weights or [1.0] * len(rankings)
+    fused = []
+    for r in range(len(rankings[0])):
+        score: dict[int, float] = {}
+        for weight, ranking in zip(weights, rankings):
+            for rank, entry_id in enumerate(ranking[r]):
+                if entry_id >= 0:
+                    score[int(entry_id)] = score.get(int(entry_id), 0.0) + weight / (constant + rank + 1)
+        fused.append(sorted(score.items(), key=lambda item: -item[1])[:k])
+    return fused
