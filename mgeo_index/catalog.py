@@ -275,10 +275,17 @@ class CatalogReader:
                 raise CatalogError(f"first line of {str(self.path)!r} is blank; it must be the header")
             if _SURROGATES.search(first):
                 raise CatalogError(f"header line of {str(self.path)!r} has undecodable bytes; re-save the file as UTF-8")
-            self.delimiter = sniff_delimiter(first, data_suffix(self.path))
+            # A single-column .txt file whose first line is not a column name is one address per
+            # line with no header (like the Shenzhen catalog): its first line is data.
+            self.has_header = not (
+                data_suffix(self.path).lower() == ".txt"
+                and "\t" not in first
+                and first.strip().lower() not in ADDRESS_COLUMN_NAMES
+            )
+            self.delimiter = sniff_delimiter(first, data_suffix(self.path)) if self.has_header else "\t"
             fh.seek(0)
             reader = csv.reader(fh, delimiter=self.delimiter)
-            self.columns: list[str] = _clean_header(next(reader))
+            self.columns: list[str] = _clean_header(next(reader)) if self.has_header else ["address"]
             sample: list[list[str]] = []
             try:
                 for record in reader:
@@ -330,8 +337,9 @@ class CatalogReader:
         with self._open() as fh:
             tap = _LineTap(fh)
             reader = csv.reader(tap, delimiter=self.delimiter)
-            next(reader)  # header
-            tap.take()
+            if self.has_header:
+                next(reader)
+                tap.take()
             while True:
                 try:
                     fields = next(reader)

@@ -99,13 +99,15 @@ def reliability_diagram(probs: np.ndarray, gold: list[int], path: str | Path, bi
 
 
 def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], list[str]]:
-    """(queries, gold catalog addresses): a CCKS pairs file (its exact_match rows) or a TSV ``query, gold``."""
+    """(queries, gold catalog addresses): a CCKS or Shenzhen pairs file (its same-place rows) or a TSV ``query, gold``."""
     path = Path(path)
     with _open_text(path) as fh:
         reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
         columns = reader.fieldnames or []
         if {"query", "candidate", "label"} <= set(columns):
             rows = [(r["query"], r["candidate"], r.get("query_id") or r["query"]) for r in reader if r["label"] == "exact_match"]
+        elif {"addr1", "addr2", "label"} <= set(columns):  # Shenzhen style: label 1 = same place
+            rows = [(r["addr1"], r["addr2"], r["addr1"]) for r in reader if r["label"] == "1"]
         elif {"query", "gold"} <= set(columns):
             rows = [(r["query"], r["gold"], r["query"]) for r in reader]
         else:

@@ -328,3 +328,12 @@ def test_gzipped_tsv_is_read_like_the_plain_file(tmp_path):
     assert [r.delimiter for r in readers] == ["\t", "\t"]
     chunks = [[(row.line, row.address, row.source_id) for rows, _ in r.chunks() for row in rows] for r in readers]
     assert chunks[0] == chunks[1] == [(2, "北京市朝阳区建国路88号", "1"), (3, "上海市徐汇区漕溪北路1号", "2")]
+
+
+def test_txt_file_is_one_address_per_line_without_header(tmp_path):
+    path = tmp_path / "standard.txt"
+    path.write_text("宝安区107国道旁北方骏亿工业区3栋\n光明区光明街道中区14栋36号\n", encoding="utf-8")
+    reader = read_catalog(path)
+    assert (reader.columns, reader.address_column) == (["address"], "address")
+    rows = [row for rows, _ in reader.chunks() for row in rows]
+    assert [(r.line, r.address) for r in rows] == [(1, "宝安区107国道旁北方骏亿工业区3栋"), (2, "光明区光明街道中区14栋36号")]
