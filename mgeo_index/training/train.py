@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -94,6 +94,21 @@ def _timed_loop(name: str, minutes: float, peak_lr: float, optimizer, step_fn, l
     return step
 
 
+def shuffled_batches(items: list, size: int, rng: random.Random) -> Iterator[list]:
+    """Endless batches of ``size`` items, reshuffled every epoch (a short last batch is dropped)."""
+    while True:
+        order = list(range(len(items)))
+        rng.shuffle(order)
+        for start in range(0, len(order) - size + 1, size):
+            yield [items[i] for i in order[start : start + size]]
+
+
+def class_weights(labels: list[int]) -> torch.Tensor:
+    """Inverse-sqrt frequency weights: exact_match is rare (≈ 8% of CCKS) and is what users need most."""
+    counts = Counter(labels)
+    return torch.tensor([(len(labels) / (len(LABELS) * max(counts[i], 1))) ** 0.5 for i in range(len(LABELS))])
+
+
 def _bert_config(cfg: TrainConfig, tokenizer) -> BertConfig:
     return BertConfig(
         vocab_size=len(tokenizer),
@@ -149,16 +164,11 @@ def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict
     torch.manual_seed(cfg.seed)
     model = BertForMaskedLM(_bert_config(cfg, tokenizer)).to(_device()).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
-    texts = [normalize(t) for t in texts]
-    order: list[int] = []
+    batches = shuffled_batches([normalize(t) for t in texts], cfg.mlm_batch, rng)
     accuracy = []
 
     def step():
-        nonlocal order
-        if len(order) < cfg.mlm_batch:
-            order = list(range(len(texts)))
-            rng.shuffle(order)
-        batch = [texts[order.pop()] for _ in range(cfg.mlm_batch)]
+        batch = next(batches)
         enc = tokenizer(batch, padding=True, truncation=True, max_length=cfg.bi_max_length,
                         return_tensors="pt", return_special_tokens_mask=True)
         special = enc.pop("special_tokens_mask").bool() | ~enc["attention_mask"].bool()
@@ -255,17 +265,12 @@ def stage_cross(cfg: TrainConfig, tokenizer, mlm_path: Path, pairs: list[data.Pa
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.cross_lr, weight_decay=0.01)
     train = _cross_examples(pairs, "train")
     counts = Counter(label for *_, label in train)
-    # inverse-sqrt class weights: exact_match is rare (≈ 8% of CCKS) and is what users need most
-    weights = torch.tensor([(len(train) / (len(LABELS) * counts[i])) ** 0.5 for i in range(len(LABELS))])
+    weights = class_weights([label for *_, label in train])
     cfg.log(f"[cross] {len(train)} training pairs, class counts {dict(counts)}, weights {weights.tolist()}")
-    order: list[int] = []
+    batches = shuffled_batches(train, cfg.cross_batch, rng)
 
     def step():
-        nonlocal order
-        if len(order) < cfg.cross_batch:
-            order = list(range(len(train)))
-            rng.shuffle(order)
-        batch = [train[order.pop()] for _ in range(cfg.cross_batch)]
+        batch = next(batches)
         # random swap of sides: the relation is symmetric for exact/not, near-symmetric for partial
         firsts, seconds = zip(*[(a, b) if rng.random() < 0.8 else (b, a) for a, b, _ in batch])
         enc = tokenizer([normalize(t) for t in firsts], [normalize(t) for t in seconds], padding=True,
@@ -313,8 +318,7 @@ def train_feature_head(examples, *, epochs: int = 20, seed: int = 0) -> FeatureH
     torch.manual_seed(seed)
     x = torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples]))
     y = torch.tensor([g for *_, g in examples])
-    counts = torch.bincount(y, minlength=len(LABELS)).float()
-    weights = (len(y) / (len(LABELS) * counts.clamp(min=1))) ** 0.5
+    weights = class_weights(y.tolist())
     head = FeatureHead(x.shape[1])
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3, weight_decay=1e-4)
     generator = torch.Generator().manual_seed(seed)
