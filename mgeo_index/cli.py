@@ -335,6 +335,65 @@ def eval_retrieval(
     console.print(table)
 
 
+@app.command()
+def bench(
+    addresses: Annotated[Path, typer.Option(help="Catalog file whose addresses are encoded (default: the bundled sample).")] = settings.SAMPLE_CATALOG,
+    limit: Annotated[int, typer.Option(help="Addresses (and pairs) to time through the engine.")] = 2000,
+    naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
+    index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,
+    queries: Annotated[int, typer.Option(help="Single queries timed for resolve latency.")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    model: Model = None,
+    cross_model: CrossModel = None,
+) -> None:
+    """Engine vs naive per-item encoding and pair scoring (ratios), and warm resolve latency p50/p99.
+
+    Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index
+    """
+    import random
+
+    from mgeo_index import bench as bench_mod
+    from mgeo_index.catalog import read_catalog
+    from mgeo_index.model.bi_encoder import load_bi_encoder
+    from mgeo_index.model.cross_encoder import load_cross_encoder
+
+    with friendly_errors():
+        texts: list[str] = []
+        for rows, _ in read_catalog(addresses, chunk_size=5000).chunks():
+            texts += [r.address for r in rows]
+            if len(texts) >= limit:
+                break
+        texts = texts[:limit]
+        rng = random.Random(0)
+        shuffled = rng.sample(texts, len(texts))
+        bi = load_bi_encoder(settings.bi_model_path(model))
+        cross = load_cross_encoder(settings.cross_model_path(cross_model))
+        report = {
+            "torch_threads": __import__("torch").get_num_threads(),
+            "encode": bench_mod.bench_encode(bi, texts, naive),
+            "score_pairs": bench_mod.bench_score(cross, texts, shuffled, naive),
+        }
+        if index_dir is not None:
+            from mgeo_index.resolver import open_resolver
+
+            resolver = open_resolver(index_dir, model=model, cross_model=cross_model, device="cpu")
+            report["resolve"] = bench_mod.bench_resolve(resolver, [t[2:] for t in rng.sample(texts, min(queries, len(texts)))])
+    if as_json:
+        print(json.dumps(report))
+        return
+    table = Table(title=f"mgeo-index bench ({report['torch_threads']} threads, same inputs, one run)")
+    for name in ("what", "engine", "naive (1 item, pad 64)", "ratio"):
+        table.add_column(name, justify="left" if name == "what" else "right")
+    e, s = report["encode"], report["score_pairs"]
+    table.add_row("encode addresses/s", f"{e['engine_per_s']:,.0f}", f"{e['naive_per_s']:,.0f}", f"{e['ratio']:.1f}×")
+    table.add_row("score pairs/s (network)", f"{s['engine_per_s']:,.0f}", f"{s['naive_per_s']:,.0f}", f"{s['ratio']:.1f}×")
+    console.print(table)
+    if "resolve" in report:
+        r = report["resolve"]
+        console.print(f"resolve, warm, one query per call, top-{r['top_k']} + rerank over {r['catalog_size']:,} entries: "
+                      f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
+
+
 def _db_url(index_dir: Path | None, db: str | None) -> str:
     if index_dir is None and not (db or settings.env("DB")):
         raise typer.BadParameter("give --index-dir or --db (or set MGEO_INDEX_DB)")

@@ -135,3 +135,13 @@ def test_resolve_explain_in_json_and_table(index_dir):
     assert best["explain"]["roadno"] == {"state": "agree", "query": "75号", "candidate": "75号", "text": "roadno agrees: 75号"}
     table = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--explain", "--top-k", "1")
     assert "✓roadno" in table.stdout
+
+
+def test_bench_reports_ratios_and_latency(index_dir):
+    result = run("bench", "--limit", "40", "--naive", "8", "--index-dir", index_dir, "--queries", "5", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    for part in ("encode", "score_pairs"):
+        assert report[part]["ratio"] > 0 and report[part]["n"] == 40 and report[part]["naive_n"] == 8
+    assert report["encode"]["max_abs_diff"] < 1e-3  # padding to 64 one at a time gives the same vectors
+    assert report["resolve"]["queries"] == 5 and 0 < report["resolve"]["p50_ms"] <= report["resolve"]["p99_ms"]
