@@ -38,6 +38,7 @@ class SparseIndex:
     idf: np.ndarray  # (V,) float32
     matrix: sparse.csr_matrix  # (N, V) rows L2-normalized
     ids: np.ndarray  # (N,) int64 entry ids
+    _transposed: sparse.csr_matrix | None = None
 
     def _vectorize(self, texts: Sequence[str]) -> sparse.csr_matrix:
         rows, cols, vals = [], [], []
@@ -59,7 +60,9 @@ class SparseIndex:
         ids = np.full((len(texts), k), -1, dtype=np.int64)
         if k == 0 or not len(texts):
             return scores, ids
-        sims = self._vectorize(texts).dot(self.matrix.T).tocsr()  # (n, N), sparse
+        if self._transposed is None:  # (V, N) CSR once: query × matrix.T is then a cheap sparse product
+            self._transposed = self.matrix.T.tocsr()
+        sims = self._vectorize(texts).dot(self._transposed).tocsr()  # (n, N), sparse
         for r in range(len(texts)):
             row = sims.getrow(r)
             if row.nnz == 0:
