@@ -68,6 +68,14 @@ def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_pat
     # finished stages are skipped on a re-run: the same models come back
     again = train(cfg)
     assert again["fingerprints"] == metrics["fingerprints"]
+    assert again["stages"]["mlm"]["steps"] == metrics["stages"]["mlm"]["steps"]
+
+    # a larger pretraining budget continues from the checkpoint, then retrains the stages after it
+    cfg.mlm_minutes = 0.04
+    longer = train(cfg)
+    assert longer["stages"]["mlm"]["steps"] > metrics["stages"]["mlm"]["steps"]
+    assert longer["stages"]["mlm"]["minutes"] >= 0.04
+    assert longer["fingerprints"]["bi"] != metrics["fingerprints"]["bi"]
 
 
 def test_fit_temperature_recovers_the_scale():

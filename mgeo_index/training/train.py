@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -74,11 +76,28 @@ def lr_at(elapsed: float, budget: float, peak: float, warmup: float = 0.05) -> f
     return peak * (1.0 - 0.9 * (frac - warmup) / (1.0 - warmup))
 
 
-def _timed_loop(name: str, minutes: float, peak_lr: float, optimizer, step_fn, log) -> int:
-    """Run ``step_fn()`` (returns the loss) until the budget is spent; returns the number of steps."""
+def _timed_loop(
+    name: str,
+    minutes: float,
+    peak_lr: float,
+    optimizer,
+    step_fn,
+    log,
+    *,
+    start_step: int = 0,
+    start_elapsed: float = 0.0,
+    checkpoint: Callable[[int, float], None] | None = None,
+    checkpoint_every: float = 300.0,
+) -> tuple[int, float]:
+    """Run ``step_fn()`` (returns the loss) until the budget is spent; returns (steps, seconds).
+
+    ``start_*`` continue a resumed run (the schedule follows the total elapsed time); ``checkpoint``
+    is called every ``checkpoint_every`` seconds with (steps, elapsed).
+    """
     budget = minutes * 60.0
-    start = time.perf_counter()
-    step, running = 0, None
+    start = time.perf_counter() - start_elapsed
+    last_checkpoint = time.perf_counter()
+    step, running = start_step, None
     while (elapsed := time.perf_counter() - start) < budget:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(elapsed, budget, peak_lr)
@@ -91,7 +110,10 @@ def _timed_loop(name: str, minutes: float, peak_lr: float, optimizer, step_fn, l
         running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
         if step % 50 == 0:
             log(f"[{name}] step {step} loss {running:.4f} ({elapsed / 60:.1f}/{minutes:.0f} min)")
-    return step
+        if checkpoint is not None and time.perf_counter() - last_checkpoint >= checkpoint_every:
+            checkpoint(step, time.perf_counter() - start)
+            last_checkpoint = time.perf_counter()
+    return step, time.perf_counter() - start
 
 
 def shuffled_batches(items: list, size: int, rng: random.Random) -> Iterator[list]:
@@ -156,14 +178,30 @@ def stage_tokenizer(cfg: TrainConfig, texts: list[str]):
     return tokenizer
 
 
-def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict]:
-    path = cfg.out / "work" / "mlm"
-    if (path / "config.json").exists():
-        return path, json.loads((path / "stage.json").read_text())
+def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict, bool]:
+    """Masked-LM pretraining, checkpointed every 5 minutes and resumable.
+
+    Done when its output records at least ``cfg.mlm_minutes`` of training; a larger budget on a
+    later run continues from the checkpoint (pretraining longer than one session). Returns
+    (encoder dir, stats, whether it trained now — later stages are then stale).
+    """
+    path, ckpt = cfg.out / "work" / "mlm", cfg.out / "work" / "mlm_checkpoint.pt"
+    if (path / "stage.json").exists():
+        stats = json.loads((path / "stage.json").read_text())
+        if stats.get("minutes", math.inf) >= cfg.mlm_minutes - 1e-9:
+            return path, stats, False
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     model = BertForMaskedLM(_bert_config(cfg, tokenizer)).to(_device()).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
+    start_step, start_elapsed = 0, 0.0
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location=_device(), weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        rng.setstate(state["rng"])
+        start_step, start_elapsed = state["step"], state["elapsed"]
+        cfg.log(f"[mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
     batches = shuffled_batches([normalize(t) for t in texts], cfg.mlm_batch, rng)
     accuracy = []
 
@@ -180,12 +218,29 @@ def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict
         accuracy.append(float((out.logits.argmax(-1).cpu()[picked] == labels[picked]).float().mean()))
         return out.loss
 
-    steps = _timed_loop("mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log)
+    def save_checkpoint(steps: int, elapsed: float) -> None:
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
+                    "step": steps, "elapsed": elapsed, "config": _bert_config(cfg, tokenizer).to_dict()}, tmp)
+        os.replace(tmp, ckpt)
+
+    steps, elapsed = _timed_loop("mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log,
+                                 start_step=start_step, start_elapsed=start_elapsed, checkpoint=save_checkpoint)
+    save_checkpoint(steps, elapsed)
     model.bert.save_pretrained(path)  # the encoder only; heads are task-specific
-    stats = {"steps": steps, "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None}
+    stats = {"steps": steps, "minutes": elapsed / 60,
+             "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None}
     (path / "stage.json").write_text(json.dumps(stats))
     cfg.log(f"[mlm] {stats}")
-    return path, stats
+    return path, stats, True
+
+
+def _invalidate_after_pretraining(cfg: TrainConfig) -> None:
+    """New pretraining makes the fine-tuned stages stale: remove them so they are trained again."""
+    for stale in (cfg.out / "bi", cfg.out / "work" / "cross_uncalibrated"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in (cfg.out / "work" / "bi_stage.json", cfg.out / "work" / "cross_stage.json"):
+        stale.unlink(missing_ok=True)
 
 
 def _bi_examples(cfg: TrainConfig, pairs: list[data.Pair], tagged: list[dict]):
@@ -241,7 +296,7 @@ def stage_bi(cfg: TrainConfig, tokenizer, mlm_path: Path, pairs: list[data.Pair]
         # symmetric InfoNCE: query→documents and document→queries (positives only)
         return (F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(anchors)].T, labels)) / 2
 
-    steps = _timed_loop("bi", cfg.bi_minutes, cfg.bi_lr, optimizer, step, cfg.log)
+    steps, _ = _timed_loop("bi", cfg.bi_minutes, cfg.bi_lr, optimizer, step, cfg.log)
     model.eval().cpu().save(path)
     stats = {"steps": steps, "labeled_positives": len(labeled)}
     (cfg.out / "work" / "bi_stage.json").write_text(json.dumps(stats))
@@ -280,7 +335,7 @@ def stage_cross(cfg: TrainConfig, tokenizer, mlm_path: Path, pairs: list[data.Pa
             logits = cross(**{k: v.to(_device()) for k, v in enc.items()})
         return F.cross_entropy(logits.float(), labels, weight=weights.to(_device()))
 
-    steps = _timed_loop("cross", cfg.cross_minutes, cfg.cross_lr, optimizer, step, cfg.log)
+    steps, _ = _timed_loop("cross", cfg.cross_minutes, cfg.cross_lr, optimizer, step, cfg.log)
     cross.eval().cpu().save(path)
     stats = {"steps": steps, "train_pairs": len(train), "class_counts": {LABELS[k]: v for k, v in counts.items()}}
     (cfg.out / "work" / "cross_stage.json").write_text(json.dumps(stats))
@@ -411,7 +466,9 @@ def train(cfg: TrainConfig) -> dict:
     texts = data.corpus(cfg.data_dir, rng)
     cfg.log(f"[data] {len(ccks)} CCKS pairs, {len(shenzhen)} Shenzhen pairs, {len(texts)} corpus texts")
     tokenizer = stage_tokenizer(cfg, texts)
-    mlm_path, mlm_stats = stage_mlm(cfg, tokenizer, texts)
+    mlm_path, mlm_stats, pretrained_now = stage_mlm(cfg, tokenizer, texts)
+    if pretrained_now:
+        _invalidate_after_pretraining(cfg)
     bi_stats = stage_bi(cfg, tokenizer, mlm_path, ccks + shenzhen, tagged)
     cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen)
     calib_stats = stage_calibrate(cfg, ccks + shenzhen)
