@@ -1,5 +1,4 @@
 """The training recipe end to end on a tiny data folder in the shared data's layout (seconds, tiny model)."""
-import csv
 import gzip
 import json
 import random
