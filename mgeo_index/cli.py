@@ -197,7 +197,7 @@ def _matches_table(query: str, matches: list[dict]) -> Table:
             str(rank),
             str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else ""),
             m["address"],
-            f"{m['score']:.3f}",
+            f"{m['score']:.3f}" if m['score'] is not None else "–",
             Text(label, style=colors.get(label, "")),
             f"{m['probability']:.3f}" if "probability" in m else "",
         ]

@@ -94,10 +94,10 @@ class JobResult:
 
 
 def relevance(match: dict) -> float:
-    """The reranker's ranking key: P(exact) + ½·P(partial) (retrieval score without a reranker)."""
+    """Expected relevance for the ambiguity margin: P(exact) + ½·P(partial) (retrieval score without a reranker)."""
     p = match.get("probabilities")
     if not p:
-        return float(match.get("score", 0.0))
+        return float(match.get("score") or 0.0)
     return float(p.get("exact_match", 0.0)) + 0.5 * float(p.get("partial_match", 0.0))
 
 
