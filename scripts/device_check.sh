@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU checks, on a machine with an NVIDIA GPU (under 8 minutes): environment, GPU tests, benchmark.
+# Not yet run on a GPU: no device was lent to the task that wrote it.
+# Writes its figures to $OUT (or ./device-check) as JSON and logs.
+#   bash scripts/device_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-device-check}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+# 1. environment: the lent machine has no network. Its python3 already holds CUDA torch, Triton,
+#    transformers, tokenizers, safetensors, numpy, scipy, typer, rich, pytest; the rest (faiss-cpu,
+#    sqlalchemy, alembic, mako, rapidfuzz) arrives as wheels in .whl/ made here beforehand by
+#    scripts/fetch_device_wheels.sh and carried with the call (device tool: carry [".whl"]).
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+PY=python3
+$PY -c "import torch, faiss; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'faiss gpus', faiss.get_num_gpus())" | tee "$OUT/versions.txt"
+
+# 2. GPU tests: Triton kernels vs torch on CUDA, FP16 vs FP32 embeddings and labels, FAISS GPU vs CPU
+TRITON_INTERPRET=0 timeout 180 $PY -m pytest tests/test_gpu.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt"
+
+# 3. benchmark on the GPU: the bundled model (sample catalog repeated to 20,000 addresses)
+python3 - <<'PY'
+import csv, pathlib
+rows = list(csv.DictReader(open("mgeo_index/data/sample_catalog.csv", encoding="utf-8")))
+out = pathlib.Path("device-check-addresses.csv")
+with out.open("w", encoding="utf-8", newline="") as fh:
+    w = csv.writer(fh); w.writerow(["id", "address"])
+    for i in range(20000):
+        w.writerow([i, f"{rows[i % len(rows)]['address']}{i // len(rows)}室"])
+PY
+MGEO_INDEX_DEVICE=cuda timeout 240 $PY - <<'PY' 2>&1 | tee "$OUT/bench.json"
+import json, time, torch
+from mgeo_index import engine, kernels, settings
+from mgeo_index.model.bi_encoder import load_bi_encoder
+import csv
+texts = [r["address"] for r in csv.DictReader(open("device-check-addresses.csv", encoding="utf-8"))]
+bi = load_bi_encoder(settings.DEFAULT_BI_MODEL).to("cuda")
+report = {}
+for precision in ("fp16", "fp32"):
+    engine.encode(bi, texts[:2048], device="cuda", precision=precision)
+    torch.cuda.synchronize(); t = time.perf_counter()
+    engine.encode(bi, texts, device="cuda", precision=precision)
+    torch.cuda.synchronize(); report[f"default_model_{precision}_addresses_per_s"] = len(texts) / (time.perf_counter() - t)
+# a BERT-base-sized encoder (random weights: speed only)
+from transformers import BertConfig, BertModel
+from mgeo_index.model.bi_encoder import BiEncoder
+base = BiEncoder(BertModel(BertConfig(vocab_size=len(bi.tokenizer), hidden_size=768, num_hidden_layers=12,
+                                      num_attention_heads=12, intermediate_size=3072), add_pooling_layer=False),
+                 bi.tokenizer).to("cuda").eval()
+engine.encode(base, texts[:2048], device="cuda", precision="fp16")
+torch.cuda.synchronize(); t = time.perf_counter()
+engine.encode(base, texts, device="cuda", precision="fp16")
+torch.cuda.synchronize(); report["bert_base_fp16_addresses_per_s"] = len(texts) / (time.perf_counter() - t)
+x = torch.randn(65536, 256, device="cuda")
+for name, fn in (("triton_l2", lambda: kernels.l2_normalize(x, backend="triton")), ("torch_l2", lambda: kernels.torch_l2_normalize(x)),
+                 ("triton_softmax", lambda: kernels.softmax(x, backend="triton")), ("torch_softmax", lambda: kernels.torch_softmax(x))):
+    fn(); torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(100): fn()
+    torch.cuda.synchronize(); report[f"{name}_ms"] = (time.perf_counter() - t) * 10
+print(json.dumps(report, indent=2))
+PY
+rm -f device-check-addresses.csv
+echo "device check done: $OUT"

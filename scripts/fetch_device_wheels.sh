@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Download, on this machine, the wheels the lent GPU machine lacks (it has no network), for its
+# Python 3.12 / x86-64, into .whl/ (ignored by git): carry ".whl" in the device tool's call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl faiss-cpu sqlalchemy alembic mako rapidfuzz greenlet
+du -sh .whl
