@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from mgeo_index.model.manifest import quiet_transformers, save_tokenizer, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import quiet_transformers, save_hf_model, fingerprint, read_manifest, write_manifest
 
 KIND = "bi-encoder"
 
@@ -62,10 +62,7 @@ class BiEncoder(nn.Module):
         """Write the Hugging Face files + manifest; ``half`` stores weights as FP16 (half the size)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        encoder = self.encoder.half() if half else self.encoder
-        encoder.save_pretrained(path)
-        self.encoder.float()
-        save_tokenizer(self.tokenizer, path)
+        save_hf_model(self.encoder, self.tokenizer, path, half=half)
         if self.projection is not None:
             state = {k: v.detach().to(torch.float16 if half else torch.float32).contiguous()
                      for k, v in self.projection.state_dict().items()}

@@ -19,7 +19,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_tokenizer, write_manifest
+from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
 from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
@@ -70,10 +70,7 @@ class CrossEncoder(torch.nn.Module):
     def save(self, path: str | Path, *, half: bool = True) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        model = self.model.half() if half else self.model
-        model.save_pretrained(path)
-        self.model.float()
-        save_tokenizer(self.tokenizer, path)
+        save_hf_model(self.model, self.tokenizer, path, half=half)
         manifest = {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
         (path / FEATURE_HEAD).unlink(missing_ok=True)
         if self.feature_head is not None:

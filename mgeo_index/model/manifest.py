@@ -77,6 +77,15 @@ def fingerprint(path: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def save_hf_model(model, tokenizer, path: Path, *, half: bool) -> None:
+    """save_pretrained of a transformer (FP16 on disk when ``half``; the model stays FP32) + its tokenizer."""
+    try:
+        (model.half() if half else model).save_pretrained(path)
+    finally:
+        model.float()
+    save_tokenizer(tokenizer, path)
+
+
 def save_tokenizer(tokenizer, path: Path) -> None:
     """Save without the padding/truncation state left behind by the last batch call."""
     backend = getattr(tokenizer, "backend_tokenizer", None)

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
 from mgeo_index import engine
-from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
-from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
+from mgeo_index.metrics import retrieval_report
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
+from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, FeatureHead, load_cross_encoder
 from mgeo_index.model.tokenizer import SPECIAL_TOKENS, build_char_tokenizer
 from mgeo_index.settings import LABELS
@@ -431,11 +431,12 @@ def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair]) -> dict:
 
 
 def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev") -> dict:
+    """The same report as ``mgeo-index eval pairs`` on one split of the training pairs."""
+    from mgeo_index.evaluate import evaluate_pairs as evaluate_labeled_pairs
+
     examples = _cross_examples(pairs, split)
-    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
-    gold = np.array([g for *_, g in examples])
-    report = classification_report(gold, probs.argmax(1), cross.labels)
-    report["ece"] = expected_calibration_error(probs, gold)
+    report = evaluate_labeled_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], [g for *_, g in examples])
+    report.pop("_probs")
     return report
 
 
