@@ -1,28 +1,24 @@
-"""`mgeo-index build`: catalog file → validated rows in the store → embeddings → FAISS index.
+"""`mgeo-index build` and `mgeo-index add`: catalog file → validated rows in the store → a new index generation.
 
-The index directory is one unit: ``index.json`` names the current index file, the model that
-built it and the build id. A build writes ``index-<build>.faiss`` aside (atomically) and only
-then replaces ``index.json`` (atomically), so a reader never sees half an index and a crash or
-Ctrl-C loses nothing: rows already stored stay, and the next run adds only what is missing.
+Rows are upserted (new catalog ids are added; an id whose address changed is replaced by a new entry,
+which alone is embedded); :func:`generations.publish` then writes the new generation beside the
+current one and moves the pointer in one transaction, so a reader never sees half an index and a crash
+or Ctrl-C loses nothing: rows already stored stay, and re-running the command finishes the job.
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from mgeo_index import engine, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import generations, index as faiss_index, settings, store
 from mgeo_index.catalog import Reject, read_catalog, write_rejects
+from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import normalize
 
-MANIFEST = "index.json"
+MANIFEST = generations.MANIFEST
 REJECTS = "rejects.tsv"
 
 # on_progress(stage, advance, total): stage is "read" (advance = rows) or "encode" (advance = entries)
@@ -35,33 +31,27 @@ class BuildResult:
     catalog: str
     rows_read: int = 0
     rows_inserted: int = 0
+    rows_updated: int = 0
     rows_skipped: int = 0
     rows_rejected: int = 0
     entries_total: int = 0
     vectors_total: int = 0
     vectors_added: int = 0
+    vectors_removed: int = 0
+    generation_id: int | None = None
     index_factory: str = ""
     index_path: str = ""
     rejects_path: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, ensure_ascii=False, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+write_json_atomic = generations.write_json_atomic
 
 
 def read_manifest(index_dir: str | Path) -> dict:
-    path = Path(index_dir) / MANIFEST
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{index_dir} holds no index (no {MANIFEST}); create one with `mgeo-index build CATALOG --index-dir {index_dir}`."
-        )
-    return json.loads(path.read_text())
+    """``index.json`` (catalog name and a mirror of the current generation); readers that serve queries
+    use :func:`generations.current_manifest`, which follows the database pointer."""
+    return generations.read_descriptor(index_dir)
 
 
 def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: list[Reject]) -> None:
@@ -81,24 +71,10 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
                 "line": row.line,
             }
         )
-    inserted, skipped = store.insert_entries(engine_, catalog_id, records)
+    inserted, updated, unchanged = store.upsert_entries(engine_, catalog_id, records)
     result.rows_inserted += inserted
-    result.rows_skipped += skipped
-
-
-def _reusable_index(index_dir: Path, catalog: str, fingerprint: str, factory: str):
-    """The current index of this directory when it can be extended (same catalog, model, factory)."""
-    try:
-        manifest = read_manifest(index_dir)
-    except FileNotFoundError:
-        return None
-    same = (manifest.get("catalog"), manifest.get("model_fingerprint"), manifest.get("index_factory")) == (
-        catalog,
-        fingerprint,
-        factory,
-    )
-    path = index_dir / manifest.get("index_file", "")
-    return faiss_index.load(path) if same and path.is_file() else None
+    result.rows_updated += updated
+    result.rows_skipped += unchanged + len(records) - len({r["key"] for r in records})  # unchanged or repeated
 
 
 def build(
@@ -114,9 +90,21 @@ def build(
     device: str | None = None,
     chunk_size: int = 5000,
     on_progress: Progress | None = None,
+    kind: str = "build",
 ) -> BuildResult:
+    """Store the file's rows (upsert) and switch to a generation that indexes them.
+
+    ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
+    """
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
+    with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
+        return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
+                             chunk_size, on_progress, kind)
+
+
+def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
+                  chunk_size, on_progress, kind) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -128,10 +116,16 @@ def build(
     reader = read_catalog(
         catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2, chunk_size=chunk_size
     )
-    engine_ = store.connect(settings.database_url(index_dir, db))
-    catalog_id = store.get_or_create_catalog(
-        engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column, id_column=reader.id_column
-    )
+    db_url = settings.database_url(index_dir, db)
+    engine_ = store.connect(db_url)
+    if kind == "build":
+        catalog_id = store.get_or_create_catalog(
+            engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
+            id_column=reader.id_column,
+        )
+    else:  # a delta: the catalog and its columns stay as the build set them
+        catalog_id = store.catalog_id(engine_, catalog)
+    generations.ensure_descriptor(index_dir, catalog, db_url)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory)
     rejects_path = index_dir / REJECTS
@@ -147,98 +141,28 @@ def build(
             progress("read", len(rows) + len(rejects), None)
         timings["store"] = time.perf_counter() - started
 
-        # 2. entries without a vector → embeddings → index
-        t0 = time.perf_counter()
-        index = _reusable_index(index_dir, catalog, bi.fingerprint, factory)
-        if index is None:
-            index = faiss_index.make_index(bi.dim, factory)
-        if device.startswith("cuda"):
-            index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
-        all_ids = store.entry_ids(engine_, catalog_id)
-        missing = np.setdiff1d(all_ids, faiss_index.index_ids(index), assume_unique=True)
-        progress("encode", 0, len(missing))
-        vectors, ids = [], []
-        for batch in store.iter_entries(engine_, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
-            vectors.append(engine.encode(bi, [e["normalized"] for e in batch], device=device,
-                                         on_batch=lambda n: progress("encode", n, len(missing))))
-            ids.append(np.fromiter((e["id"] for e in batch), dtype=np.int64, count=len(batch)))
-        if ids:
-            faiss_index.add(index, np.concatenate(vectors), np.concatenate(ids))
-        timings["encode"] = time.perf_counter() - t0
-
-        # 3. the character n-gram index for hybrid retrieval, over every entry (cheap: seconds)
-        t0 = time.perf_counter()
-        texts, text_ids = [], []
-        for batch in store.iter_entries(engine_, catalog_id, batch_size=20000):
-            texts += [e["normalized"] for e in batch]
-            text_ids += [e["id"] for e in batch]
-        sparse_file = f"sparse-{build_id}.npz"
-        sparse_index.save_atomic(sparse_index.build_sparse(texts, text_ids), index_dir / sparse_file)
-        timings["sparse"] = time.perf_counter() - t0
-
-        # 4. write aside, then switch atomically
-        t0 = time.perf_counter()
-        index_file = f"index-{build_id}.faiss"
-        faiss_index.save_atomic(index, index_dir / index_file)
-        previous = _previous_files(index_dir)
-        write_json_atomic(
-            index_dir / MANIFEST,
-            {
-                "build_id": build_id,
-                "catalog": catalog,
-                "index_file": index_file,
-                "sparse_file": sparse_file,
-                "index_factory": factory,
-                "dim": bi.dim,
-                "ntotal": int(index.ntotal),
-                "model_fingerprint": bi.fingerprint,
-                "model_path": bi.path,
-                "database": _redact(settings.database_url(index_dir, db)),
-            },
-        )
-        for name in previous - {index_file, sparse_file}:
-            (index_dir / name).unlink(missing_ok=True)
-        timings["save"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - started
-
-        result.entries_total = len(all_ids)
-        result.vectors_total = int(index.ntotal)
-        result.vectors_added = int(len(missing))
-        result.index_path = str(index_dir / index_file)
+        # 2. a new generation: vectors for entries that have none, then the pointer switch
         result.rejects_path = str(rejects_path) if result.rows_rejected else None
-        result.seconds = timings
-        store.finish_build(
-            engine_,
-            build_id,
-            index_path=result.index_path,
-            rows_read=result.rows_read,
-            rows_inserted=result.rows_inserted,
-            rows_skipped=result.rows_skipped,
-            rows_rejected=result.rows_rejected,
-            entries_total=result.entries_total,
-            vectors_total=result.vectors_total,
-            seconds=timings["total"],
-            stats={"seconds": timings, "vectors_added": result.vectors_added, "device": device},
+        published = generations.publish(
+            engine_, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi, factory=factory,
+            device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size,
+            build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
+                          "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
+                          "seconds": time.perf_counter() - started,
+                          "stats": {"rows_updated": result.rows_updated, "device": device}},
         )
+        timings.update(published.seconds)
+        timings["total"] = time.perf_counter() - started
+        result.generation_id = published.generation_id
+        result.entries_total = published.entries_total
+        result.vectors_total = published.vectors_total
+        result.vectors_added = published.vectors_added
+        result.vectors_removed = published.vectors_removed
+        result.index_path = str(index_dir / published.index_file)
+        result.seconds = timings
         return result
     except BaseException as exc:  # Ctrl-C included: record it, keep what is stored, re-raise
         store.fail_build(engine_, build_id, f"{type(exc).__name__}: {exc}")
         raise
     finally:
         engine_.dispose()
-
-
-def _previous_files(index_dir: Path) -> set[str]:
-    """Files of the generation being replaced (deleted once the new one is switched in)."""
-    try:
-        manifest = read_manifest(index_dir)
-    except FileNotFoundError:
-        return set()
-    return {manifest[key] for key in ("index_file", "sparse_file") if manifest.get(key)}
-
-
-def _redact(url: str) -> str:
-    """Database URL without its password, for the manifest."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

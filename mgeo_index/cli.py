@@ -46,12 +46,14 @@ def main() -> None:
 def friendly_errors() -> Iterator[None]:
     """Known failures become one red line naming what to fix, and exit code 1."""
     from mgeo_index.catalog import CatalogError
+    from mgeo_index.locking import Locked
     from mgeo_index.model.manifest import ModelError
     from mgeo_index.resolver import ModelMismatch
+    from mgeo_index.store import GenerationConflict
 
     try:
         yield
-    except (CatalogError, ModelError, ModelMismatch, FileNotFoundError, ValueError) as exc:
+    except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, ValueError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
 
@@ -90,7 +92,7 @@ def build(
     model: Model = None,
     device: Device = None,
 ) -> None:
-    """Validate, store and index a catalog. Re-running adds only new rows.
+    """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
 
     Rejected rows go to rejects.tsv in the index directory with their line number and reason.
 
@@ -115,6 +117,7 @@ def build(
     for name, value in (
         ("rows read", result.rows_read),
         ("new entries", result.rows_inserted),
+        ("updated entries", result.rows_updated),
         ("already stored", result.rows_skipped),
         ("rejected", result.rows_rejected),
         ("entries in store", result.entries_total),
@@ -127,6 +130,136 @@ def build(
     if result.rejects_path:
         table.add_row("rejects file", result.rejects_path, style="yellow")
     console.print(table)
+
+
+def _encode_progress(bar: Progress):
+    tasks: dict[str, int] = {}
+
+    def on_progress(stage: str, advance: int, total: int | None) -> None:
+        if stage not in tasks:
+            tasks[stage] = bar.add_task("Reading rows" if stage == "read" else "Encoding entries", total=total)
+        bar.update(tasks[stage], advance=advance, total=total)
+
+    return on_progress
+
+
+@app.command()
+def add(
+    delta: Annotated[Path, typer.Argument(help="CSV/TSV of new or changed rows, with the catalog's columns.")],
+    index_dir: IndexDir = Path("mgeo-index"),
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Add new rows and update changed ones (same catalog id, new address) without re-embedding the rest.
+
+    The result is a new index generation; readers switch to it in one transaction.
+
+    Example: mgeo-index add delta.csv --index-dir idx
+    """
+    from mgeo_index.update import add as run_add
+
+    with friendly_errors(), _progress() as bar:
+        result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=_encode_progress(bar))
+    table = Table(title=f"Generation {result.generation_id} of catalog '{result.catalog}' (build {result.build_id})", show_header=False)
+    for name, value in (
+        ("rows read", result.rows_read), ("new entries", result.rows_inserted), ("updated entries", result.rows_updated),
+        ("unchanged", result.rows_skipped), ("rejected", result.rows_rejected), ("vectors added", result.vectors_added),
+        ("vectors removed", result.vectors_removed), ("vectors in index", result.vectors_total),
+        ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
+    ):
+        table.add_row(name, str(value))
+    if result.rejects_path:
+        table.add_row("rejects file", result.rejects_path, style="yellow")
+    console.print(table)
+
+
+@app.command()
+def remove(
+    ids: Annotated[list[str] | None, typer.Option("--ids", help="Catalog ids to remove (repeat the option or list them).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="File with one catalog id per line.")] = None,
+    index_dir: IndexDir = Path("mgeo-index"),
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Remove catalog entries by their catalog id; the new generation no longer returns them.
+
+    Ids not in the catalog are listed, not an error, so an interrupted removal can be re-run.
+
+    Example: mgeo-index remove --ids P0001 --ids P0002 --index-dir idx
+    """
+    from mgeo_index.update import read_ids_file, remove as run_remove
+
+    with friendly_errors():
+        wanted = list(ids or []) + (read_ids_file(file) if file is not None else [])
+        if not wanted:
+            raise typer.BadParameter("give --ids ID ... or --file IDS")
+        result = run_remove(wanted, index_dir, db=db, model=model, device=device)
+    console.print(f"removed {result.removed} entries; generation {result.generation_id} holds {result.vectors_total} vectors "
+                  f"({result.seconds:.1f} s)")
+    if result.not_found:
+        err.print(f"[yellow]{len(result.not_found)} ids not in the catalog (already removed?):[/] "
+                  + ", ".join(result.not_found[:20]) + (" …" if len(result.not_found) > 20 else ""), highlight=False)
+
+
+@app.command()
+def gc(
+    index_dir: IndexDir = Path("mgeo-index"),
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Generations to keep, the current one included.")] = 2,
+    db: Db = None,
+) -> None:
+    """Delete old index generations (files and rows), files of interrupted writes and retired entries no kept generation returns.
+
+    Example: mgeo-index gc --index-dir idx --keep 3
+    """
+    from mgeo_index.update import gc as run_gc
+
+    with friendly_errors():
+        result = run_gc(index_dir, db=db, keep=keep)
+    console.print(f"kept generations {result.generations_kept}; removed generations {result.generations_removed}, "
+                  f"{len(result.files_removed)} files, {result.entries_purged} retired entries", highlight=False)
+
+
+@app.command()
+def check(
+    index_dir: IndexDir = Path("mgeo-index"),
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild what is wrong from the store, as a new generation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Verify that store and index agree: counts, ids, model fingerprint, file checksums. Exit code 1 when not.
+
+    Example: mgeo-index check --index-dir idx --repair
+    """
+    from mgeo_index import update
+
+    with friendly_errors():
+        before = update.check(index_dir, db=db)
+        after = update.repair(index_dir, db=db, model=model, device=device) if repair and not before.clean else None
+    for report, title in ((before, "check"), (after, "after repair")):
+        if report is None:
+            continue
+        if as_json:
+            print(json.dumps({"stage": title, "clean": report.clean, "catalog": report.catalog, "generation": report.generation_id,
+                              "facts": report.facts, "problems": report.problems, "notes": report.notes}, ensure_ascii=False))
+            continue
+        table = Table(title=f"{title}: catalog '{report.catalog}', generation {report.generation_id}", show_header=False)
+        for name, value in report.facts.items():
+            table.add_row(name, str(value))
+        for problem in report.problems:
+            table.add_row("[red]problem[/]", problem)
+        for note in report.notes:
+            table.add_row("[yellow]note[/]", note)
+        table.add_row("verdict", "[green]clean[/]" if report.clean else "[red]inconsistent[/]")
+        console.print(table)
+    final = after or before
+    if not final.clean:
+        if not repair:
+            err.print("run `mgeo-index check --repair` to rebuild what can be rebuilt from the store", highlight=False)
+        raise typer.Exit(1)
 
 
 def _read_queries(queries: list[str], file: Path | None) -> list[str]:

@@ -38,6 +38,7 @@ __all__ = [
     "make_index",
     "min_training_vectors",
     "needs_training",
+    "remove",
     "save_atomic",
     "search",
     "set_search_params",
@@ -335,6 +336,31 @@ def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray) -> None:
                 raise ValueError(f"{_too_few_message(index, n, need)} (FAISS: {_faiss_reason(exc)})") from exc
             raise
     index.add_with_ids(x, id_arr)
+
+
+def remove(index: faiss.Index, ids: np.ndarray) -> faiss.Index:
+    """Drop the vectors of ``ids`` (ids not in the index are ignored); returns the index to use.
+
+    Structures that support removal (Flat, IVF) are changed in place. Those that do not (HNSW) are
+    rebuilt from their own stored vectors (``reconstruct``; nothing is re-embedded), so the returned
+    index may be a new object.
+    """
+    drop = np.ascontiguousarray(ids, dtype=np.int64)
+    if drop.size == 0:
+        return index
+    try:
+        index.remove_ids(faiss.IDSelectorBatch(drop.size, faiss.swig_ptr(drop)))
+        return index
+    except RuntimeError:
+        pass  # e.g. "not implemented for this type of index" (HNSW)
+    cpu = to_cpu(index) if is_gpu_index(index) else index
+    kept = index_ids(cpu)
+    kept = kept[~np.isin(kept, drop)]
+    vectors = np.vstack([cpu.reconstruct(int(i)) for i in kept]) if kept.size else np.empty((0, cpu.d), np.float32)
+    factory = _factory_string(cpu) or "Flat"
+    fresh = make_index(cpu.d, factory, metric={v: k for k, v in _METRICS.items()}.get(int(cpu.metric_type), "ip"))
+    add(fresh, vectors, kept)
+    return fresh
 
 
 def _ivf_parts(index: Any) -> list[Any]:

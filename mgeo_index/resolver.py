@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import build as build_mod, engine, features, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import engine, features, generations, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
@@ -146,8 +146,12 @@ def open_resolver(
     device: str | None = None,
     rerank: bool = True,
 ) -> Resolver:
-    """Load an index directory; refuses a query model other than the one that built the index."""
-    manifest = build_mod.read_manifest(index_dir)
+    """Load the index directory's current generation (the database pointer decides which; its files never
+    change once written, so a writer switching generations meanwhile cannot mix two); refuses a query
+    model other than the one that built the index."""
+    db_url = settings.database_url(index_dir, db)
+    eng = store.connect(db_url)
+    manifest = generations.current_manifest(index_dir, eng, db_url)
     device = settings.device(device)
     recorded = manifest.get("model_path")
     if model is None and settings.env("MODEL") is None and recorded and Path(recorded).is_dir():
@@ -162,7 +166,6 @@ def open_resolver(
     cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device) if rerank else None
     index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
     faiss_index.set_search_params(index, nprobe=16, ef_search=128)
-    eng = store.connect(settings.database_url(index_dir, db))
     sparse_file = manifest.get("sparse_file")
     sparse = sparse_index.load(Path(index_dir) / sparse_file) if sparse_file else None
     return Resolver(bi=bi, cross=cross, index=index, engine=eng, manifest=manifest, device=device, sparse=sparse)

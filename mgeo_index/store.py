@@ -33,9 +33,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -66,12 +68,19 @@ class Catalog(Base):
     address_column: Mapped[str | None] = mapped_column(String(255))
     id_column: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+    current_generation_id: Mapped[int | None] = mapped_column(Integer)  # migration 0003: the readers' pointer
+
+
+_LIVE = text("retired_at IS NULL")
 
 
 class Entry(Base):
+    """A catalog entry.  Removed or replaced entries are *retired* (``retired_at`` set), not deleted,
+    while a kept generation may still return them; a key is unique among live entries only."""
+
     __tablename__ = "entries"
     __table_args__ = (
-        UniqueConstraint("catalog_id", "key", name="uq_entries_catalog_key"),
+        Index("uq_entries_catalog_live_key", "catalog_id", "key", unique=True, sqlite_where=_LIVE, postgresql_where=_LIVE),
         Index("ix_entries_catalog_id", "catalog_id"),
         {"sqlite_autoincrement": True},
     )
@@ -89,6 +98,7 @@ class Entry(Base):
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     line: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class Build(Base):
@@ -266,7 +276,9 @@ def _insert_ignoring_conflicts(conn: Connection, params: list[dict[str, Any]]) -
     returned are the ones actually inserted (batched by SQLAlchemy's insertmanyvalues)."""
     table = Entry.__table__
     insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
-    stmt = insert(table).on_conflict_do_nothing(index_elements=["catalog_id", "key"]).returning(table.c.id)
+    stmt = insert(table).on_conflict_do_nothing(
+        index_elements=["catalog_id", "key"], index_where=table.c.retired_at.is_(None)
+    ).returning(table.c.id)
     return len(conn.execute(stmt, params).all())
 
 
@@ -276,7 +288,11 @@ def _insert_missing(conn: Connection, catalog_id: int, params: list[dict[str, An
     existing: set[str] = set()
     for i in range(0, len(keys), _IN_CHUNK):
         existing.update(
-            conn.scalars(select(Entry.key).where(Entry.catalog_id == catalog_id, Entry.key.in_(keys[i : i + _IN_CHUNK])))
+            conn.scalars(
+                select(Entry.key).where(
+                    Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.key.in_(keys[i : i + _IN_CHUNK])
+                )
+            )
         )
     fresh = [p for p in params if p["key"] not in existing]
     if fresh:
@@ -284,16 +300,93 @@ def _insert_missing(conn: Connection, catalog_id: int, params: list[dict[str, An
     return len(fresh)
 
 
+def upsert_entries(engine: Engine, catalog_id: int, rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Insert new keys, replace entries whose address changed; return ``(inserted, updated, unchanged)``.
+
+    A key already live with the same normalized address keeps its entry (and vector): its raw address,
+    source id and extra columns are refreshed in place.  A key whose normalized address changed is an
+    *update*: the old entry is retired and a new entry (new id, so it is re-embedded) takes its key,
+    in one transaction.  Rows repeated within ``rows``: the first wins.  Idempotent.
+    """
+    unique: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        unique.setdefault(row["key"], row)
+    keys = list(unique)
+    updated = unchanged = 0
+    now = _utcnow()
+    with engine.begin() as conn:
+        live: dict[str, tuple[int, str, str]] = {}
+        for i in range(0, len(keys), _IN_CHUNK):
+            query = select(Entry.key, Entry.id, Entry.normalized, Entry.address).where(
+                Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.key.in_(keys[i : i + _IN_CHUNK])
+            )
+            live.update({r.key: (r.id, r.normalized, r.address) for r in conn.execute(query)})
+        retire, fresh = [], []
+        for key, row in unique.items():
+            current = live.get(key)
+            if current is None:
+                fresh.append(row)
+            elif current[1] != row["normalized"]:
+                retire.append(current[0])
+                fresh.append(row)
+                updated += 1
+            else:
+                unchanged += 1
+                if current[2] != row["address"]:
+                    values = {f: row.get(f) for f in ("address", "source_id", "extra", "line")}
+                    conn.execute(update(Entry).where(Entry.id == current[0]).values(**values))
+        for i in range(0, len(retire), _IN_CHUNK):
+            conn.execute(update(Entry).where(Entry.id.in_(retire[i : i + _IN_CHUNK])).values(retired_at=now))
+        if fresh:
+            params = [{"catalog_id": catalog_id, "created_at": now, **{f: r.get(f) for f in _ENTRY_FIELDS}} for r in fresh]
+            conn.execute(Entry.__table__.insert(), params)
+    return len(fresh) - updated, updated, unchanged
+
+
+def retire_entries(engine: Engine, catalog_id: int, keys: Iterable[str]) -> tuple[list[int], list[str]]:
+    """Retire the live entries with these keys (catalog ids); return ``(retired entry ids, keys not live)``.
+
+    Keys that are not live (never stored, or already removed) are returned, not an error: re-running
+    an interrupted removal must succeed.
+    """
+    wanted = list(dict.fromkeys(str(k) for k in keys))
+    found: dict[str, int] = {}
+    with engine.begin() as conn:
+        for i in range(0, len(wanted), _IN_CHUNK):
+            query = select(Entry.key, Entry.id).where(
+                Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.key.in_(wanted[i : i + _IN_CHUNK])
+            )
+            found.update({k: entry_id for k, entry_id in conn.execute(query)})
+        ids = sorted(found.values())
+        now = _utcnow()
+        for i in range(0, len(ids), _IN_CHUNK):
+            conn.execute(update(Entry).where(Entry.id.in_(ids[i : i + _IN_CHUNK])).values(retired_at=now))
+    return ids, [k for k in wanted if k not in found]
+
+
+def purge_retired(engine: Engine, catalog_id: int, keep_ids: np.ndarray) -> int:
+    """Delete retired entries of the catalog except ``keep_ids`` (still returned by a kept generation)."""
+    keep = set(int(i) for i in keep_ids)
+    with engine.begin() as conn:
+        retired = conn.scalars(select(Entry.id).where(Entry.catalog_id == catalog_id, Entry.retired_at.is_not(None))).all()
+        doomed = [i for i in retired if i not in keep]
+        for i in range(0, len(doomed), _IN_CHUNK):
+            conn.execute(delete(Entry).where(Entry.id.in_(doomed[i : i + _IN_CHUNK])))
+    return len(doomed)
+
+
 def count_entries(engine: Engine, catalog_id: int) -> int:
+    """Live entries of the catalog."""
     with engine.connect() as conn:
-        return int(conn.scalar(select(func.count()).select_from(Entry).where(Entry.catalog_id == catalog_id)) or 0)
+        query = select(func.count()).select_from(Entry).where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None))
+        return int(conn.scalar(query) or 0)
 
 
 def entry_ids(engine: Engine, catalog_id: int) -> np.ndarray:
-    """All entry ids of the catalog, ascending, as an int64 array."""
+    """All live entry ids of the catalog, ascending, as an int64 array."""
     with engine.connect() as conn:
         result = conn.execution_options(yield_per=50_000).scalars(
-            select(Entry.id).where(Entry.catalog_id == catalog_id).order_by(Entry.id)
+            select(Entry.id).where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None)).order_by(Entry.id)
         )
         return np.fromiter(result, dtype=np.int64)
 
@@ -303,8 +396,8 @@ def iter_entries(
 ) -> Iterator[list[dict[str, Any]]]:
     """Yield batches of ``{"id", "address", "normalized"}`` dicts in ascending id order.
 
-    Keyset pagination (``id > last``) keeps each query cheap; with ``ids`` only those
-    entries (of this catalog) are read.  No connection is held between batches.
+    Keyset pagination (``id > last``) keeps each query cheap; without ``ids`` the live entries are
+    read, with ``ids`` exactly those entries (of this catalog, live or retired).  No connection is held between batches.
     """
     columns = (Entry.id, Entry.address, Entry.normalized)
     if ids is None:
@@ -312,7 +405,7 @@ def iter_entries(
         while True:
             stmt = (
                 select(*columns)
-                .where(Entry.catalog_id == catalog_id, Entry.id > last)
+                .where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.id > last)
                 .order_by(Entry.id)
                 .limit(batch_size)
             )
@@ -356,14 +449,16 @@ def get_entries(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
 
 
 def ids_by_normalized(engine: Engine, catalog_id: int, normalized: list[str]) -> list[int | None]:
-    """For each normalized address, the smallest id of an entry of the catalog that has it (else None)."""
+    """For each normalized address, the smallest id of a live entry of the catalog that has it (else None)."""
     wanted = list(dict.fromkeys(normalized))
     found: dict[str, int] = {}
     with engine.connect() as conn:
         for i in range(0, len(wanted), _IN_CHUNK):
             query = (
                 select(Entry.normalized, func.min(Entry.id))
-                .where(Entry.catalog_id == catalog_id, Entry.normalized.in_(wanted[i : i + _IN_CHUNK]))
+                .where(
+                    Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.normalized.in_(wanted[i : i + _IN_CHUNK])
+                )
                 .group_by(Entry.normalized)
             )
             found.update({text: entry_id for text, entry_id in conn.execute(query)})
@@ -566,3 +661,98 @@ def job_checkpoints(engine: Engine, job_id: int) -> list[dict[str, Any]]:
     with Session(engine) as session:
         stmt = select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.seq)
         return [_as_dict(c) for c in session.scalars(stmt)]
+
+
+# --------------------------------------------------------------------------- generations (migration 0003)
+
+
+class Generation(Base):
+    """One complete, immutable set of index files of a catalog; ``catalogs.current_generation_id``
+    names the one readers use."""
+
+    __tablename__ = "generations"
+    __table_args__ = (Index("ix_generations_catalog_id", "catalog_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    catalog_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("catalogs.id", name="fk_generations_catalog_id", ondelete="CASCADE"), nullable=False
+    )
+    parent_id: Mapped[int | None] = mapped_column(Integer)
+    build_id: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    index_file: Mapped[str] = mapped_column(Text, nullable=False)
+    sparse_file: Mapped[str | None] = mapped_column(Text)
+    index_factory: Mapped[str] = mapped_column(String(255), nullable=False)
+    dim: Mapped[int] = mapped_column(Integer, nullable=False)
+    ntotal: Mapped[int] = mapped_column(Integer, nullable=False)
+    ids_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    checksums: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    model_fingerprint: Mapped[str] = mapped_column(String(255), nullable=False)
+    model_path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
+
+
+_GENERATION_FIELDS = frozenset(c.key for c in Generation.__table__.columns) - {"id", "catalog_id", "parent_id", "created_at"}
+
+
+class GenerationConflict(Exception):
+    """Another writer moved the catalog's pointer since this one read it."""
+
+
+def current_generation(engine: Engine, catalog_id: int) -> dict[str, Any] | None:
+    """The generation readers use now (``catalogs.current_generation_id``), or None."""
+    with Session(engine) as session:
+        generation = session.scalar(
+            select(Generation).join(Catalog, Catalog.current_generation_id == Generation.id).where(Catalog.id == catalog_id)
+        )
+        return None if generation is None else _as_dict(generation)
+
+
+def list_generations(engine: Engine, catalog_id: int) -> list[dict[str, Any]]:
+    """The catalog's recorded generations, newest first."""
+    with Session(engine) as session:
+        stmt = select(Generation).where(Generation.catalog_id == catalog_id).order_by(Generation.id.desc())
+        return [_as_dict(g) for g in session.scalars(stmt)]
+
+
+def switch_generation(
+    engine: Engine, catalog_id: int, *, expected: int | None, build_id: int | None = None,
+    build_fields: dict[str, Any] | None = None, **fields: Any,
+) -> int:
+    """Record a new generation, point the catalog at it and finish its build: one transaction.
+
+    ``expected`` is the generation the writer started from; if the pointer moved meanwhile nothing
+    is changed and :class:`GenerationConflict` is raised (compare-and-swap).
+    """
+    unknown = set(fields) - _GENERATION_FIELDS
+    if unknown:
+        raise TypeError(f"unknown generation field(s): {', '.join(sorted(unknown))}")
+    with Session(engine) as session, session.begin():
+        generation = Generation(catalog_id=catalog_id, parent_id=expected, build_id=build_id, **fields)
+        session.add(generation)
+        session.flush()
+        pointer = Catalog.current_generation_id
+        moved = session.execute(
+            update(Catalog)
+            .where(Catalog.id == catalog_id, pointer.is_(None) if expected is None else pointer == expected)
+            .values(current_generation_id=generation.id)
+        )
+        if moved.rowcount != 1:
+            raise GenerationConflict(
+                f"catalog {catalog_id}: the current generation is no longer {expected}; another writer switched it"
+            )
+        if build_id is not None:
+            values = {"status": "complete", "finished_at": _utcnow(), **(build_fields or {})}
+            session.execute(update(Build).where(Build.id == build_id).values(**values))
+        return generation.id
+
+
+def delete_generations(engine: Engine, ids: Iterable[int]) -> None:
+    """Forget generations (never the current one of its catalog)."""
+    ids = [int(i) for i in ids]
+    with engine.begin() as conn:
+        current = set(conn.scalars(select(Catalog.current_generation_id).where(Catalog.current_generation_id.is_not(None))))
+        if current & set(ids):
+            raise ValueError(f"generation {sorted(current & set(ids))[0]} is current; it cannot be deleted")
+        for i in range(0, len(ids), _IN_CHUNK):
+            conn.execute(delete(Generation).where(Generation.id.in_(ids[i : i + _IN_CHUNK])))

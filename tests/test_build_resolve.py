@@ -38,7 +38,8 @@ def test_rebuilding_the_same_file_adds_nothing(built, tmp_path):
     assert (again.rows_inserted, again.rows_skipped, again.vectors_added, again.vectors_total) == (0, 300, 0, 300)
     assert again.build_id > first.build_id
     files = sorted(p.name for p in index_dir.glob("*.faiss"))
-    assert files == [f"index-{again.build_id}.faiss"]  # the superseded index file is gone
+    # the new generation and the one before it are kept (gc keeps 2 after each write)
+    assert files == [f"index-{first.build_id}.faiss", f"index-{again.build_id}.faiss"]
 
 
 def test_resolve_finds_a_variant_at_rank_one(built):

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, inspect
 
 from mgeo_index import store
 
-TABLES = {"catalogs", "entries", "builds", "jobs", "job_checkpoints"}
+TABLES = {"catalogs", "entries", "builds", "jobs", "job_checkpoints", "generations"}
 
 
 @pytest.fixture()
@@ -38,7 +38,7 @@ def _schema_drift(url: str) -> list:
 
 def test_single_linear_head() -> None:
     script = ScriptDirectory.from_config(store.alembic_config("sqlite://"))
-    assert script.get_heads() == ["0002"]
+    assert script.get_heads() == ["0003_generations"]
     assert (store.migrations_dir() / "env.py").is_file()
 
 
@@ -53,11 +53,11 @@ def _lifecycle(url: str) -> None:
 
     store.upgrade(url)
     assert TABLES <= _tables(url)
-    assert store.current_revision(url) == "0002"
+    assert store.current_revision(url) == "0003_generations"
     assert _schema_drift(url) == []
 
     store.upgrade(url)  # idempotent: nothing pending, nothing changes
-    assert store.current_revision(url) == "0002"
+    assert store.current_revision(url) == "0003_generations"
     assert TABLES <= _tables(url)
 
     store.downgrade(url, "base")
@@ -77,8 +77,9 @@ def test_sqlite_unique_and_index(sqlite_url: str) -> None:
     engine = create_engine(sqlite_url)
     try:
         insp = inspect(engine)
-        uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("entries")}
-        assert ("catalog_id", "key") in uniques
+        # a key is unique among live entries (migration 0003: retired entries keep their rows)
+        live_key = [i for i in insp.get_indexes("entries") if i["name"] == "uq_entries_catalog_live_key"]
+        assert live_key and live_key[0]["unique"] and live_key[0]["column_names"] == ["catalog_id", "key"]
         assert ["catalog_id"] in [i["column_names"] for i in insp.get_indexes("entries")]
         fks = insp.get_foreign_keys("entries")
         assert fks[0]["referred_table"] == "catalogs"
@@ -95,7 +96,7 @@ def test_connect_migrates_new_sqlite_file(tmp_path) -> None:
     engine = store.connect(url)
     try:
         assert db.exists()
-        assert store.current_revision(url) == "0002"
+        assert store.current_revision(url) == "0003_generations"
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one().lower() == "wal"
@@ -103,7 +104,7 @@ def test_connect_migrates_new_sqlite_file(tmp_path) -> None:
         engine.dispose()
     # Connecting again to an up-to-date database is a no-op.
     store.connect(url).dispose()
-    assert store.current_revision(url) == "0002"
+    assert store.current_revision(url) == "0003_generations"
 
 
 def test_offline_sql_generation(capsys) -> None:
@@ -121,7 +122,7 @@ def test_postgresql_upgrade_downgrade(pg_url: str) -> None:
 def test_postgresql_connect(pg_url: str) -> None:
     engine = store.connect(pg_url)
     try:
-        assert store.current_revision(pg_url) == "0002"
+        assert store.current_revision(pg_url) == "0003_generations"
         assert TABLES <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()

@@ -1,0 +1,390 @@
+"""Index generations: write a complete new set of index files beside the current one, then move the
+catalog's pointer in one database transaction; readers follow the pointer; ``gc`` drops old ones;
+``check`` verifies that store and index agree and ``repair`` rebuilds what the store can rebuild.
+
+A generation is immutable: its FAISS file (``index-<build>.faiss``), its character n-gram file
+(``sparse-<build>.npz``), their SHA-256 checksums, the SHA-256 of its sorted entry ids, its model
+fingerprint and factory, recorded in table ``generations``.  ``catalogs.current_generation_id`` is
+the pointer (see :func:`store.switch_generation`).  ``index.json`` in the index directory names the
+catalog and mirrors the current generation for people and old readers; the database is authoritative.
+
+A writer (build, add, remove, repair, gc) holds the directory's writer lock (:mod:`locking`), changes
+rows in the store (committed: an interruption keeps them, and the pointer still names a generation
+whose entries all exist — removed or replaced entries are only *retired*), then calls :func:`publish`,
+which derives the new generation from the current one: vectors of retired entries are dropped, live
+entries without a vector are embedded, nothing else is re-embedded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgeo_index import engine as encoder, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index.crashpoints import crashpoint
+
+MANIFEST = "index.json"
+KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
+Progress = Callable[[str, int, int | None], None]
+
+
+# --------------------------------------------------------------------------- index.json
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, ensure_ascii=False, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_descriptor(index_dir: str | Path) -> dict:
+    """``index.json``: which catalog (and database) this directory serves, plus the mirrored generation."""
+    path = Path(index_dir) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{index_dir} holds no index (no {MANIFEST}); create one with `mgeo-index build CATALOG --index-dir {index_dir}`."
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise FileNotFoundError(f"{path} is not valid JSON ({exc}); `mgeo-index check --repair --index-dir {index_dir}` rewrites it.") from None
+
+
+def ensure_descriptor(index_dir: Path, catalog: str, db_url: str) -> None:
+    """Write ``index.json`` naming the catalog before the first generation exists."""
+    path = index_dir / MANIFEST
+    if not path.exists():
+        write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
+
+
+def redact(url: str) -> str:
+    """Database URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def manifest_of(generation: dict, catalog: str, db_url: str) -> dict:
+    """What readers need of a generation (and what ``index.json`` mirrors)."""
+    return {
+        "catalog": catalog,
+        "generation_id": generation["id"],
+        "build_id": generation["build_id"],
+        "index_file": generation["index_file"],
+        "sparse_file": generation["sparse_file"],
+        "index_factory": generation["index_factory"],
+        "dim": generation["dim"],
+        "ntotal": generation["ntotal"],
+        "model_fingerprint": generation["model_fingerprint"],
+        "model_path": generation["model_path"],
+        "database": redact(db_url),
+    }
+
+
+def current_manifest(index_dir: str | Path, engine, db_url: str) -> dict:
+    """The generation readers must use now, from the database pointer.
+
+    An index directory written before generations existed (no pointer yet) is read from ``index.json``.
+    """
+    descriptor = read_descriptor(index_dir)
+    catalog_id = store.catalog_id(engine, descriptor["catalog"])
+    generation = store.current_generation(engine, catalog_id) if catalog_id is not None else None
+    if generation is not None:
+        return manifest_of(generation, descriptor["catalog"], db_url)
+    if descriptor.get("index_file"):
+        return descriptor
+    raise FileNotFoundError(
+        f"{index_dir} has no complete index generation yet (an earlier build was interrupted); "
+        f"re-run the build to finish it."
+    )
+
+
+# --------------------------------------------------------------------------- checksums
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ids_sha256(ids: np.ndarray) -> str:
+    return hashlib.sha256(np.sort(np.asarray(ids, dtype="<i8")).tobytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- publish
+
+
+@dataclass
+class Published:
+    generation_id: int
+    index_file: str
+    sparse_file: str
+    entries_total: int
+    vectors_total: int
+    vectors_added: int
+    vectors_removed: int
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _base_index(index_dir: Path, current: dict | None, descriptor: dict | None, fingerprint: str, factory: str):
+    """The current FAISS index when the new generation can be derived from it (same model and factory,
+    file intact), else None (everything is embedded again)."""
+    if current is not None:
+        if (current["model_fingerprint"], current["index_factory"]) != (fingerprint, factory):
+            return None
+        path = index_dir / current["index_file"]
+        if not path.is_file() or sha256_file(path) != current["checksums"].get(current["index_file"]):
+            return None
+        return faiss_index.load(path)
+    if descriptor and descriptor.get("index_file"):  # an index written before generations existed
+        same = (descriptor.get("model_fingerprint"), descriptor.get("index_factory")) == (fingerprint, factory)
+        path = index_dir / descriptor["index_file"]
+        return faiss_index.load(path) if same and path.is_file() else None
+    return None
+
+
+def publish(
+    engine, index_dir: Path, *, catalog: str, catalog_id: int, build_id: int, bi, factory: str, device: str,
+    db_url: str, kind: str, build_fields: dict[str, Any] | None = None, on_progress: Progress | None = None,
+    chunk_size: int = 5000, from_scratch: bool = False,
+) -> Published:
+    """Write the generation matching the store's live entries beside the current one and switch to it.
+
+    The caller holds the writer lock and has committed its row changes.  Derived from the current
+    generation: retired entries' vectors are removed, live entries without one are embedded.
+    """
+    import time
+
+    progress = on_progress or (lambda *_: None)
+    timings: dict[str, float] = {}
+    crashpoint("stored")
+    t0 = time.perf_counter()
+    current = store.current_generation(engine, catalog_id)
+    try:
+        descriptor = read_descriptor(index_dir)
+    except FileNotFoundError:
+        descriptor = None
+    index = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
+    if index is None:
+        index = faiss_index.make_index(bi.dim, factory)
+    if device.startswith("cuda"):
+        index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
+    live = store.entry_ids(engine, catalog_id)
+    present = faiss_index.index_ids(index)
+    removed = np.setdiff1d(present, live)
+    missing = np.setdiff1d(live, present)
+    if removed.size:
+        index = faiss_index.remove(index, removed)
+    timings["load"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    progress("encode", 0, len(missing))
+    vectors, ids = [], []
+    for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
+        vectors.append(encoder.encode(bi, [e["normalized"] for e in batch], device=device,
+                                      on_batch=lambda n: progress("encode", n, len(missing))))
+        ids.append(np.fromiter((e["id"] for e in batch), dtype=np.int64, count=len(batch)))
+        crashpoint("embedding")
+    if ids:
+        faiss_index.add(index, np.concatenate(vectors), np.concatenate(ids))
+    timings["encode"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    texts, text_ids = [], []
+    for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
+        texts += [e["normalized"] for e in batch]
+        text_ids += [e["id"] for e in batch]
+    sparse = sparse_index.build_sparse(texts, text_ids)
+    timings["sparse"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    index_file, sparse_file = f"index-{build_id}.faiss", f"sparse-{build_id}.npz"
+    faiss_index.save_atomic(index, index_dir / index_file)
+    sparse_index.save_atomic(sparse, index_dir / sparse_file)
+    checksums = {name: sha256_file(index_dir / name) for name in (index_file, sparse_file)}
+    crashpoint("switch")
+    generation_id = store.switch_generation(
+        engine, catalog_id, expected=None if current is None else current["id"], build_id=build_id,
+        build_fields={"index_path": str(index_dir / index_file), "entries_total": len(live),
+                      "vectors_total": int(index.ntotal), **(build_fields or {})},
+        kind=kind, index_file=index_file, sparse_file=sparse_file, index_factory=factory, dim=bi.dim,
+        ntotal=int(index.ntotal), ids_sha256=ids_sha256(faiss_index.index_ids(index)), checksums=checksums,
+        model_fingerprint=bi.fingerprint, model_path=bi.path,
+    )
+    write_json_atomic(index_dir / MANIFEST, manifest_of(store.current_generation(engine, catalog_id), catalog, db_url))
+    collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
+    timings["save"] = time.perf_counter() - t0
+    return Published(generation_id, index_file, sparse_file, len(live), int(index.ntotal), int(missing.size),
+                     int(removed.size), timings)
+
+
+# --------------------------------------------------------------------------- gc
+
+
+@dataclass
+class Collected:
+    generations_kept: list[int]
+    generations_removed: list[int]
+    files_removed: list[str]
+    entries_purged: int
+
+
+def _generation_ids(index_dir: Path, generation: dict) -> np.ndarray:
+    """Entry ids a generation can return (read from its n-gram file, else its FAISS file)."""
+    sparse_path = index_dir / (generation.get("sparse_file") or "")
+    if generation.get("sparse_file") and sparse_path.is_file():
+        with np.load(sparse_path, allow_pickle=False) as z:
+            return z["ids"]
+    faiss_path = index_dir / generation["index_file"]
+    return faiss_index.index_ids(faiss_index.load(faiss_path)) if faiss_path.is_file() else np.empty(0, np.int64)
+
+
+def collect(engine, index_dir: Path, catalog_id: int, keep: int = KEEP_GENERATIONS) -> Collected:
+    """Keep the current generation and the newest others up to ``keep`` in all; delete the rest: their
+    rows, their files, stray files of interrupted writes, and retired entries no kept generation returns.
+    The caller holds the writer lock."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the current generation), got {keep}")
+    generations = store.list_generations(engine, catalog_id)  # newest first
+    current = store.current_generation(engine, catalog_id)
+    kept = ([current] if current else []) + [g for g in generations if not current or g["id"] != current["id"]]
+    kept, dropped = kept[:keep], kept[keep:]
+    if dropped:
+        store.delete_generations(engine, [g["id"] for g in dropped])
+    referenced = {g[k] for g in kept for k in ("index_file", "sparse_file") if g.get(k)}
+    if not generations:  # a directory written before generations existed: keep what index.json names
+        try:
+            descriptor = read_descriptor(index_dir)
+            referenced |= {descriptor[k] for k in ("index_file", "sparse_file") if descriptor.get(k)}
+        except FileNotFoundError:
+            pass
+    removed_files = []
+    for path in sorted(index_dir.iterdir()):
+        name = path.name
+        ours = (name.startswith(("index-", "sparse-")) and name.endswith((".faiss", ".npz"))) or (
+            name.startswith((".index-", ".sparse-", f".{MANIFEST}.")) and name.endswith(".tmp")
+        )
+        if ours and name not in referenced and path.is_file():
+            path.unlink()
+            removed_files.append(name)
+    keep_ids = np.concatenate([_generation_ids(index_dir, g) for g in kept]) if kept else np.empty(0, np.int64)
+    purged = store.purge_retired(engine, catalog_id, keep_ids)
+    return Collected([g["id"] for g in kept], [g["id"] for g in dropped], removed_files, purged)
+
+
+# --------------------------------------------------------------------------- check
+
+
+@dataclass
+class Report:
+    catalog: str | None = None
+    generation_id: int | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # harmless: files gc removes, entries it purges
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+
+def _sample(ids, n: int = 5) -> str:
+    ids = [int(i) for i in list(ids)[:n]]
+    return ", ".join(map(str, ids)) + (", …" if len(ids) == n else "")
+
+
+def check(index_dir: str | Path, engine, db_url: str) -> Report:
+    """Verify that the current generation is intact and agrees with the store; list exactly what is wrong."""
+    from mgeo_index.model.manifest import fingerprint
+
+    index_dir = Path(index_dir)
+    report = Report()
+    try:
+        descriptor = read_descriptor(index_dir)
+    except FileNotFoundError as exc:
+        report.problems.append(str(exc))
+        return report
+    report.catalog = descriptor.get("catalog")
+    catalog_id = store.catalog_id(engine, report.catalog or "")
+    if catalog_id is None:
+        report.problems.append(f"catalog {report.catalog!r} named by {MANIFEST} is not in the store {redact(db_url)}")
+        return report
+    generation = store.current_generation(engine, catalog_id)
+    live = store.entry_ids(engine, catalog_id)
+    report.facts["live entries in store"] = int(live.size)
+    if generation is None:
+        report.problems.append("the catalog has no current index generation (never built, or every build was interrupted)")
+        return report
+    report.generation_id = generation["id"]
+    report.facts.update({"generation": generation["id"], "index file": generation["index_file"],
+                         "model": generation["model_fingerprint"], "factory": generation["index_factory"]})
+    mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
+    if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
+        report.problems.append(f"{MANIFEST} does not mirror the current generation {generation['id']} (it says {mirrored})")
+
+    files_ok = True
+    for name in (generation["index_file"], generation["sparse_file"]):
+        path = index_dir / name
+        if not path.is_file():
+            report.problems.append(f"file {name} of generation {generation['id']} is missing")
+            files_ok = False
+        elif sha256_file(path) != generation["checksums"].get(name):
+            report.problems.append(f"file {name} does not match its recorded SHA-256 (corrupted or replaced)")
+            files_ok = False
+    if files_ok:
+        index = faiss_index.load(index_dir / generation["index_file"])
+        faiss_ids = faiss_index.index_ids(index)
+        sparse_ids = _generation_ids(index_dir, generation)
+        report.facts["vectors in index"] = int(index.ntotal)
+        if int(index.ntotal) != generation["ntotal"] or index.d != generation["dim"]:
+            report.problems.append(f"FAISS index holds {index.ntotal} vectors of dim {index.d}; "
+                                   f"recorded {generation['ntotal']} of dim {generation['dim']}")
+        if ids_sha256(faiss_ids) != generation["ids_sha256"]:
+            report.problems.append("FAISS ids do not match the recorded ids checksum")
+        if np.unique(faiss_ids).size != faiss_ids.size:
+            report.problems.append("FAISS index holds duplicate ids")
+        if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
+            report.problems.append(f"n-gram index and FAISS index hold different ids "
+                                   f"({sparse_ids.size} vs {faiss_ids.size})")
+        unindexed = np.setdiff1d(live, faiss_ids)
+        stale = np.setdiff1d(faiss_ids, live)
+        if unindexed.size:
+            report.problems.append(f"{unindexed.size} live entries of the store have no vector in the index "
+                                   f"(entry ids {_sample(unindexed)}; an interrupted write: re-run it, or --repair)")
+        if stale.size:
+            gone = np.setdiff1d(stale, np.fromiter(store.get_entries(engine, stale.tolist()), dtype=np.int64))
+            retired = np.setdiff1d(stale, gone)
+            if retired.size:
+                report.problems.append(f"{retired.size} entries removed or replaced in the store are still indexed "
+                                       f"(entry ids {_sample(retired)}; re-run the update, or --repair)")
+            if gone.size:
+                report.problems.append(f"{gone.size} indexed ids do not exist in the store at all "
+                                       f"(entry ids {_sample(gone)}); --repair rebuilds the index from the store")
+    model_path = generation.get("model_path")
+    if model_path and Path(model_path).is_dir():
+        now = fingerprint(Path(model_path))
+        if now != generation["model_fingerprint"]:
+            report.problems.append(f"the model at {model_path} is now {now}, but the index was built with "
+                                   f"{generation['model_fingerprint']}; --repair re-embeds with it")
+    elif model_path:
+        report.notes.append(f"the model that built the index ({model_path}) is not on this machine; queries need --model")
+    referenced = {g[k] for g in store.list_generations(engine, catalog_id) for k in ("index_file", "sparse_file") if g.get(k)}
+    strays = sorted(p.name for p in index_dir.iterdir() if p.name.endswith(".tmp") or (
+        p.name.startswith(("index-", "sparse-")) and p.name not in referenced))
+    if strays:
+        report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
+                            + ", ".join(strays[:5]))
+    return report

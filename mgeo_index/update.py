@@ -1,0 +1,154 @@
+"""Incremental catalog changes and index maintenance: `add`, `remove`, `gc`, `check [--repair]`.
+
+Each writer takes the index directory's writer lock, commits its row changes, then publishes a new
+generation (:mod:`mgeo_index.generations`) derived from the current one, so only new or changed
+entries are embedded.  Every command can be re-run after an interruption and then completes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgeo_index import generations, settings, store
+from mgeo_index.build import BuildResult, Progress, build
+from mgeo_index.locking import writer_lock
+from mgeo_index.model.bi_encoder import load_bi_encoder
+
+
+def _open(index_dir: Path, db: str | None):
+    """(engine, db_url, catalog name, catalog id, current generation) of an existing index directory."""
+    descriptor = generations.read_descriptor(index_dir)
+    db_url = settings.database_url(index_dir, db)
+    engine = store.connect(db_url)
+    catalog_id = store.catalog_id(engine, descriptor["catalog"])
+    if catalog_id is None:
+        engine.dispose()
+        raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store {generations.redact(db_url)}; "
+                                f"is --db the database it was built with?")
+    return engine, db_url, descriptor["catalog"], catalog_id, store.current_generation(engine, catalog_id)
+
+
+def _model_for(generation: dict | None, model):
+    """The model to embed with: the one given, else the one that built the current generation (when present)."""
+    if model is None and settings.env("MODEL") is None and generation and generation.get("model_path") \
+            and Path(generation["model_path"]).is_dir():
+        model = generation["model_path"]
+    return load_bi_encoder(settings.bi_model_path(model))
+
+
+def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None,
+        on_progress: Progress | None = None) -> BuildResult:
+    """Apply a delta file to an existing catalog: new ids are added, ids whose address changed are updated
+    (re-embedded), unchanged rows cost nothing.  The file is read like the catalog (same column names)."""
+    index_dir = Path(index_dir)
+    engine, _, catalog, catalog_id, generation = _open(index_dir, db)
+    try:
+        with store.Session(engine) as session:
+            row = session.get(store.Catalog, catalog_id)
+            address_column, id_column = row.address_column, row.id_column
+    finally:
+        engine.dispose()
+    bi = _model_for(generation, model)
+    factory = generation["index_factory"] if generation else generations.read_descriptor(index_dir).get(
+        "index_factory", settings.DEFAULT_INDEX_FACTORY)
+    return build(delta_path, index_dir, db=db, catalog=catalog, address_column=address_column, id_column=id_column,
+                 factory=factory, model=bi, device=device, on_progress=on_progress, kind="add")
+
+
+@dataclass
+class RemoveResult:
+    removed: int
+    not_found: list[str]
+    generation_id: int | None
+    vectors_total: int
+    seconds: float
+
+
+def read_ids_file(path: str | Path) -> list[str]:
+    """One catalog id a line (blank lines and a UTF-8 BOM ignored)."""
+    text = Path(path).read_text(encoding="utf-8-sig")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def remove(ids: list[str], index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None) -> RemoveResult:
+    """Remove entries by catalog id (the catalog's id column; without one, the normalized address is the key).
+
+    Ids that are not in the catalog (any more) are reported, not an error, so an interrupted removal
+    can be re-run.  Nothing is embedded: the new generation drops the removed vectors."""
+    index_dir = Path(index_dir)
+    started = time.perf_counter()
+    with writer_lock(index_dir, f"remove {len(ids)} ids"):
+        engine, db_url, catalog, catalog_id, generation = _open(index_dir, db)
+        try:
+            retired, not_found = store.retire_entries(engine, catalog_id, ids)
+            if generation is None and not retired:
+                raise FileNotFoundError(f"{index_dir} has no index generation yet; build it first")
+            bi = _model_for(generation, model)
+            device = settings.device(device)
+            factory = generation["index_factory"] if generation else settings.DEFAULT_INDEX_FACTORY
+            build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
+            try:
+                published = generations.publish(
+                    engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi.to(device),
+                    factory=factory, device=device, db_url=db_url, kind="remove",
+                    build_fields={"seconds": time.perf_counter() - started, "stats": {"removed": len(retired)}},
+                )
+            except BaseException as exc:
+                store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
+                raise
+        finally:
+            engine.dispose()
+    return RemoveResult(len(retired), not_found, published.generation_id, published.vectors_total, time.perf_counter() - started)
+
+
+def gc(index_dir: str | Path, *, db: str | None = None, keep: int = generations.KEEP_GENERATIONS) -> generations.Collected:
+    """Delete all but the current and newest generations (``keep`` in all), stray files and unreferenced retired rows."""
+    index_dir = Path(index_dir)
+    with writer_lock(index_dir, f"gc --keep {keep}"):
+        engine, _, _, catalog_id, _ = _open(index_dir, db)
+        try:
+            return generations.collect(engine, index_dir, catalog_id, keep=keep)
+        finally:
+            engine.dispose()
+
+
+def check(index_dir: str | Path, *, db: str | None = None) -> generations.Report:
+    """Read-only consistency check of the current generation against the store (takes no lock)."""
+    index_dir = Path(index_dir)
+    db_url = settings.database_url(index_dir, db)
+    engine = store.connect(db_url)
+    try:
+        return generations.check(index_dir, engine, db_url)
+    finally:
+        engine.dispose()
+
+
+def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None) -> generations.Report:
+    """Rebuild from the store what ``check`` finds wrong, as a new generation; returns the check after it.
+
+    Vectors of the current generation are reused when its FAISS file is intact and its model is the
+    one used now; otherwise every entry is embedded again."""
+    index_dir = Path(index_dir)
+    with writer_lock(index_dir, "check --repair"):
+        engine, db_url, catalog, catalog_id, generation = _open(index_dir, db)
+        try:
+            report = generations.check(index_dir, engine, db_url)
+            if report.clean:
+                return report
+            bi = _model_for(generation, model)
+            device = settings.device(device)
+            factory = generation["index_factory"] if generation else settings.DEFAULT_INDEX_FACTORY
+            files_broken = any("SHA-256" in p or "missing" in p or "do not exist in the store" in p or "FAISS" in p
+                               for p in report.problems)
+            build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
+            try:
+                generations.publish(engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id,
+                                    bi=bi.to(device), factory=factory, device=device, db_url=db_url, kind="repair",
+                                    from_scratch=files_broken)
+            except BaseException as exc:
+                store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
+                raise
+            return generations.check(index_dir, engine, db_url)
+        finally:
+            engine.dispose()
