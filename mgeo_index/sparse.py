@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
+from mgeo_index.crashpoints import crashpoint
+
 NGRAMS = (2, 3)
 
 
@@ -104,9 +106,13 @@ def save_atomic(index: SparseIndex, path: str | Path) -> None:
         vocabulary=np.asarray(list(index.vocabulary), dtype=object).astype(str),
         idf=index.idf, data=m.data, indices=m.indices, indptr=m.indptr, shape=np.asarray(m.shape), ids=index.ids,
     )
+    data = buffer.getvalue()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "wb") as fh:
-        fh.write(buffer.getvalue())
+        fh.write(data[: len(data) // 2])
+        fh.flush()
+        crashpoint("index-write")  # tests: die with the file half written
+        fh.write(data[len(data) // 2 :])
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -38,7 +38,7 @@ def _model_for(generation: dict | None, model):
 
 
 def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None,
-        on_progress: Progress | None = None) -> BuildResult:
+        on_progress: Progress | None = None, chunk_size: int = 5000) -> BuildResult:
     """Apply a delta file to an existing catalog: new ids are added, ids whose address changed are updated
     (re-embedded), unchanged rows cost nothing.  The file is read like the catalog (same column names)."""
     index_dir = Path(index_dir)
@@ -53,7 +53,7 @@ def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None,
     factory = generation["index_factory"] if generation else generations.read_descriptor(index_dir).get(
         "index_factory", settings.DEFAULT_INDEX_FACTORY)
     return build(delta_path, index_dir, db=db, catalog=catalog, address_column=address_column, id_column=id_column,
-                 factory=factory, model=bi, device=device, on_progress=on_progress, kind="add")
+                 factory=factory, model=bi, device=device, on_progress=on_progress, chunk_size=chunk_size, kind="add")
 
 
 @dataclass
