@@ -247,3 +247,79 @@ def test_sqlite_file_survives_reconnect(tmp_path) -> None:
         assert store.insert_entries(engine, cid, _rows(ADDRESSES)) == (0, 5)
     finally:
         engine.dispose()
+
+
+# --------------------------------------------------------------------------- lifecycle (migration 0003)
+
+
+def _keyed(pairs: list[tuple[str, str]]) -> list[dict]:
+    return [{"key": k, "source_id": k, "address": a, "normalized": a, "extra": None, "line": i}
+            for i, (k, a) in enumerate(pairs, 2)]
+
+
+def test_upsert_inserts_updates_and_keeps(engine: Engine) -> None:
+    cid = _catalog(engine)
+    assert store.upsert_entries(engine, cid, _keyed([("A", ADDRESSES[0]), ("B", ADDRESSES[1])])) == (2, 0, 0)
+    old = store.entry_ids(engine, cid)
+    changed = _keyed([("A", ADDRESSES[2]), ("B", ADDRESSES[1]), ("C", ADDRESSES[3]), ("C", ADDRESSES[4])])
+    assert store.upsert_entries(engine, cid, changed) == (1, 1, 1)  # C new (first wins), A updated, B kept
+    live = store.entry_ids(engine, cid)
+    assert len(live) == 3 and old[1] in live and old[0] not in live  # A got a new id; B kept its id
+    entries = store.get_entries(engine, live.tolist())
+    assert sorted(e["address"] for e in entries.values()) == sorted([ADDRESSES[2], ADDRESSES[1], ADDRESSES[3]])
+    assert store.get_entries(engine, [int(old[0])])[int(old[0])]["address"] == ADDRESSES[0]  # retired, still readable
+    assert store.count_entries(engine, cid) == 3
+    assert store.upsert_entries(engine, cid, changed) == (0, 0, 3)  # idempotent
+
+
+def test_retire_and_purge(engine: Engine) -> None:
+    cid = _catalog(engine)
+    store.upsert_entries(engine, cid, _keyed([("A", ADDRESSES[0]), ("B", ADDRESSES[1]), ("C", ADDRESSES[2])]))
+    ids = store.entry_ids(engine, cid)
+    retired, unknown = store.retire_entries(engine, cid, ["A", "B", "Z"])
+    assert retired == ids[:2].tolist() and unknown == ["Z"]
+    assert store.retire_entries(engine, cid, ["A"]) == ([], ["A"])  # re-running is harmless
+    assert store.entry_ids(engine, cid).tolist() == [int(ids[2])]
+    store.upsert_entries(engine, cid, _keyed([("A", ADDRESSES[0])]))  # the key is free again
+    assert store.count_entries(engine, cid) == 2
+    assert store.purge_retired(engine, cid, keep_ids=np.array([ids[0]])) == 1  # B goes, A's old row is still referenced
+    assert set(store.get_entries(engine, ids.tolist())) == {int(ids[0]), int(ids[2])}
+
+
+def test_live_keys_are_unique(engine: Engine) -> None:
+    cid = _catalog(engine)
+    store.upsert_entries(engine, cid, _keyed([("A", ADDRESSES[0])]))
+    with pytest.raises(IntegrityError):
+        with engine.begin() as conn:
+            conn.execute(store.Entry.__table__.insert(), {**_keyed([("A", ADDRESSES[1])])[0], "catalog_id": cid,
+                                                          "created_at": store._utcnow()})
+
+
+def _generation(n: int) -> dict:
+    return {"kind": "build", "index_file": f"index-{n}.faiss", "sparse_file": f"sparse-{n}.npz", "index_factory": "Flat",
+            "dim": 16, "ntotal": n, "ids_sha256": "0" * 64, "checksums": {f"index-{n}.faiss": "x"},
+            "model_fingerprint": "fp", "model_path": None}
+
+
+def test_switch_generation_is_one_compare_and_swap_transaction(engine: Engine) -> None:
+    cid = _catalog(engine)
+    assert store.current_generation(engine, cid) is None
+    build_id = store.start_build(engine, cid, model_fingerprint="fp", index_factory="Flat")
+    first = store.switch_generation(engine, cid, expected=None, build_id=build_id, build_fields={"vectors_total": 1},
+                                    **_generation(1))
+    assert store.current_generation(engine, cid)["id"] == first
+    assert store.list_builds(engine, cid)[-1]["status"] == "complete"
+    second = store.switch_generation(engine, cid, expected=first, **_generation(2))
+    assert store.current_generation(engine, cid)["parent_id"] == first
+    # a writer that started from `first` lost the race: nothing of its switch remains, its build stays running
+    late_build = store.start_build(engine, cid, model_fingerprint="fp", index_factory="Flat")
+    with pytest.raises(store.GenerationConflict):
+        store.switch_generation(engine, cid, expected=first, build_id=late_build, **_generation(3))
+    assert [g["id"] for g in store.list_generations(engine, cid)] == [second, first]
+    assert store.list_builds(engine, cid)[-1]["status"] == "running"
+    with pytest.raises(ValueError, match="is current"):
+        store.delete_generations(engine, [second])
+    store.delete_generations(engine, [first])
+    assert [g["id"] for g in store.list_generations(engine, cid)] == [second]
+    with pytest.raises(TypeError, match="unknown generation field"):
+        store.switch_generation(engine, cid, expected=second, colour="red", **_generation(4))
