@@ -125,8 +125,8 @@ def detect_encoding(path: str | Path) -> str:
         final = not fh.read(1)
     if data.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _decodes(data, "utf-16", final):
+        return "utf-16"  # (bytes that merely start like a UTF-16 BOM, e.g. b"\xff\xfe" + UTF-8, are not)
     if _decodes(data, "utf-8", final):
         return "utf-8"
     text = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape").decode(data, final=final)

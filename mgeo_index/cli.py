@@ -265,7 +265,12 @@ def check(
 def _read_queries(queries: list[str], file: Path | None) -> list[str]:
     items = list(queries)
     if file is not None:
-        items += [line.strip() for line in file.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        try:
+            text = file.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = file.read_bytes()[: exc.start].count(b"\n") + 1
+            raise ValueError(f"{file}: line {line} is not UTF-8 ({exc.reason}); re-save the file as UTF-8") from None
+        items += [line.strip() for line in text.splitlines() if line.strip()]
     if not items and not sys.stdin.isatty():
         items = [line.strip() for line in sys.stdin if line.strip()]
     if not items:
@@ -294,13 +299,15 @@ def resolve(
     Example: mgeo-index resolve "北京朝阳建国路88号" --index-dir idx --json
     """
     from mgeo_index.resolver import open_resolver
+    from mgeo_index.text import printable
 
-    items = _read_queries(queries or [], file)
     with friendly_errors():
+        items = _read_queries(queries or [], file)
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank)
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval)):
+                query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
                 if as_json:
                     print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
                 else:
@@ -317,7 +324,7 @@ def _explain_cell(explain: dict) -> str:
 
 
 def _matches_table(query: str, matches: list[dict]) -> Table:
-    table = Table(title=query, title_justify="left")
+    table = Table(title=Text(query), title_justify="left")  # Text: brackets in an address are not markup
     columns = [("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")]
     if matches and "explain" in matches[0]:
         columns.append(("elements: ✓ agree ✗ differ − query only + candidate only", "left"))
@@ -328,8 +335,8 @@ def _matches_table(query: str, matches: list[dict]) -> Table:
         label = m.get("label", "")
         cells = [
             str(rank),
-            str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else ""),
-            m["address"],
+            Text(str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else "")),
+            Text(m["address"]),
             f"{m['score']:.3f}" if m['score'] is not None else "–",
             Text(label, style=colors.get(label, "")),
             f"{m['probability']:.3f}" if "probability" in m else "",

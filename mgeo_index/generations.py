@@ -32,6 +32,9 @@ from mgeo_index.crashpoints import crashpoint
 
 MANIFEST = "index.json"
 KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
+# Changes touching at most this share of the entries update the n-gram index (known n-grams keep their
+# idf); larger ones rebuild it, recomputing every weight.
+SPARSE_UPDATE_SHARE = 0.2
 Progress = Callable[[str, int, int | None], None]
 
 
@@ -156,6 +159,16 @@ def _base_index(index_dir: Path, current: dict | None, descriptor: dict | None, 
     return None
 
 
+def _base_sparse(index_dir: Path, current: dict | None):
+    """The current n-gram index when it is intact (updated in place of a full rebuild for small changes)."""
+    if current is None or not current.get("sparse_file"):
+        return None
+    path = index_dir / current["sparse_file"]
+    if not path.is_file() or sha256_file(path) != current["checksums"].get(current["sparse_file"]):
+        return None
+    return sparse_index.load(path)
+
+
 def publish(
     engine, index_dir: Path, *, catalog: str, catalog_id: int, build_id: int, bi, factory: str, device: str,
     db_url: str, kind: str, build_fields: dict[str, Any] | None = None, on_progress: Progress | None = None,
@@ -178,6 +191,7 @@ def publish(
     except FileNotFoundError:
         descriptor = None
     index = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
+    base_sparse = None if index is None else _base_sparse(index_dir, current)
     if index is None:
         index = faiss_index.make_index(bi.dim, factory)
     if device.startswith("cuda"):
@@ -192,8 +206,9 @@ def publish(
 
     t0 = time.perf_counter()
     progress("encode", 0, len(missing))
-    vectors, ids = [], []
+    vectors, ids, new_texts = [], [], []
     for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
+        new_texts += [e["normalized"] for e in batch]
         vectors.append(encoder.encode(bi, [e["normalized"] for e in batch], device=device,
                                       on_batch=lambda n: progress("encode", n, len(missing))))
         ids.append(np.fromiter((e["id"] for e in batch), dtype=np.int64, count=len(batch)))
@@ -203,11 +218,14 @@ def publish(
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    texts, text_ids = [], []
-    for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
-        texts += [e["normalized"] for e in batch]
-        text_ids += [e["id"] for e in batch]
-    sparse = sparse_index.build_sparse(texts, text_ids)
+    if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
+        sparse = sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
+    else:  # first build, or a large change: every n-gram weight recomputed over all entries
+        texts, text_ids = [], []
+        for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
+            texts += [e["normalized"] for e in batch]
+            text_ids += [e["id"] for e in batch]
+        sparse = sparse_index.build_sparse(texts, text_ids)
     timings["sparse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

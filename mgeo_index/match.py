@@ -8,12 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import engine, features
+from mgeo_index import engine, features, settings
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import normalize
 
 PAIR_COLUMNS = ("a", "b")
+
+
+def _side(text: str) -> str:
+    """One side of a pair as the cross-encoder sees it (normalized, cut to ``settings.MAX_QUERY_CHARS``)."""
+    return normalize(text)[: settings.MAX_QUERY_CHARS]
 
 
 @dataclass
@@ -45,54 +50,73 @@ def match_file(
     encoding = detect_encoding(pairs_path)
     result = MatchResult(label_counts={label: 0 for label in cross.labels})
     tmp = out_path.with_name(f".{out_path.name}.tmp")
-    with open_text(pairs_path, encoding) as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
-        delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
-        src.seek(0)
-        reader = csv.DictReader(src, delimiter=delimiter)
-        columns = list(reader.fieldnames or [])
-        missing = [c for c in PAIR_COLUMNS if c not in columns]
-        if missing:
-            raise CatalogError(
-                f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
-                f"'a' and 'b' (found: {columns})"
-            )
-        out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels] + (["explain"] if explain else [])
-        writer = csv.DictWriter(dst, fieldnames=out_columns, delimiter="\t", extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        chunk: list[tuple[int, dict]] = []
+    _last_line = 1
+    try:
+        with open_text(pairs_path, encoding) as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
+            delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
+            src.seek(0)
+            reader = csv.DictReader(src, delimiter=delimiter)
+            columns = list(reader.fieldnames or [])
+            missing = [c for c in PAIR_COLUMNS if c not in columns]
+            if missing:
+                raise CatalogError(
+                    f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
+                    f"'a' and 'b' (found: {columns})"
+                )
+            out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels] + (["explain"] if explain else [])
+            writer = csv.DictWriter(dst, fieldnames=out_columns, delimiter="\t", extrasaction="ignore", lineterminator="\n")
+            writer.writeheader()
+            chunk: list[tuple[int, dict]] = []
 
-        def flush() -> None:
-            valid = [(line, row) for line, row in chunk if row["_ok"]]
-            probs = engine.score_pairs(
-                cross, [normalize(r["a"]) for _, r in valid], [normalize(r["b"]) for _, r in valid], device=device
-            )
-            by_line = {line: p for (line, _), p in zip(valid, probs)}
-            for line, row in chunk:
-                p = by_line.get(line)
-                if p is not None:
-                    label = cross.labels[int(p.argmax())]
-                    row["label"] = label
-                    result.label_counts[label] += 1
-                    row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
-                    if explain:
-                        states = {k: e["state"] for k, e in features.explain(row["a"], row["b"]).items()}
-                        row["explain"] = json.dumps(states, ensure_ascii=False)
-                writer.writerow(row)
-            result.scored += len(valid)
-            if on_progress:
-                on_progress(len(chunk))
-            chunk.clear()
+            def flush() -> None:
+                valid = [(line, row) for line, row in chunk if row["_ok"]]
+                probs = engine.score_pairs(
+                    cross, [_side(r["a"]) for _, r in valid], [_side(r["b"]) for _, r in valid], device=device
+                )
+                by_line = {line: p for (line, _), p in zip(valid, probs)}
+                for line, row in chunk:
+                    p = by_line.get(line)
+                    if p is not None:
+                        label = cross.labels[int(p.argmax())]
+                        row["label"] = label
+                        result.label_counts[label] += 1
+                        row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
+                        if explain:
+                            states = {k: e["state"] for k, e in features.explain(*(row[c][: 4 * settings.MAX_QUERY_CHARS] for c in PAIR_COLUMNS)).items()}
+                            row["explain"] = json.dumps(states, ensure_ascii=False)
+                    # a lone CR inside a field would not be quoted with "\n" line ends (and would split the row)
+                    writer.writerow({k: v.replace("\r\n", "\n").replace("\r", "\n") if isinstance(v, str) else v
+                                     for k, v in row.items()})
+                result.scored += len(valid)
+                if on_progress:
+                    on_progress(len(chunk))
+                chunk.clear()
 
-        for row in reader:
-            line = reader.line_num
-            result.rows += 1
-            empty = [c for c in PAIR_COLUMNS if not normalize(row.get(c) or "")]
-            row["_ok"] = not empty
-            if empty:
-                result.invalid.append(f"line {line}: empty column {', '.join(repr(c) for c in empty)}")
-            chunk.append((line, row))
-            if len(chunk) >= chunk_size:
-                flush()
-        flush()
+            for row in reader:
+                line = _last_line = reader.line_num
+                result.rows += 1
+                empty = [c for c in PAIR_COLUMNS if not normalize(row.get(c) or "")]
+                extra = row.pop(None, None)  # fields beyond the header's
+                row["_ok"] = not empty and not extra
+                if extra:
+                    result.invalid.append(f"line {line}: {len(columns) + len(extra)} fields, the header has {len(columns)}")
+                elif empty:
+                    result.invalid.append(f"line {line}: empty column {', '.join(repr(c) for c in empty)}")
+                chunk.append((line, row))
+                if len(chunk) >= chunk_size:
+                    flush()
+            flush()
+    except UnicodeDecodeError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CatalogError(
+            f"{pairs_path}: undecodable bytes ({exc.reason}) after line {_last_line}; the file was read as "
+            f"{encoding}: re-save it as UTF-8"
+        ) from None
+    except csv.Error as exc:
+        tmp.unlink(missing_ok=True)
+        raise CatalogError(f"{pairs_path}: line {_last_line + 1}: {exc} (an unclosed quote?); fix the quoting") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, out_path)
     return result

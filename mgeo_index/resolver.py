@@ -65,7 +65,7 @@ class Resolver:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
-        normalized = [normalize(q) for q in queries]
+        normalized = [normalize(q)[: settings.MAX_QUERY_CHARS] for q in queries]
         vectors = engine.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
@@ -79,8 +79,9 @@ class Resolver:
         candidates = sparse_index.fuse(rankings, depth, weights)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
         results: list[list[dict]] = []
-        for vector, row in zip(vectors, candidates):
-            row = [(i, fused) for i, fused in row if i in entries]
+        for query, vector, row in zip(normalized, vectors, candidates):
+            # nothing left to match (empty, only spaces, punctuation or control characters): no candidates
+            row = [(i, fused) for i, fused in row if i in entries] if query else []
             top_fused = row[0][1] if row else 1.0
             results.append(
                 [

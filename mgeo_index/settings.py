@@ -17,6 +17,10 @@ DB_FILENAME = "mgeo.db"
 DEFAULT_INDEX_FACTORY = "Flat"
 DEFAULT_CATALOG = "default"
 LABELS = ("exact_match", "partial_match", "not_match")
+# Queries and pair sides are cut to this many characters (after normalization) before encoding, n-gram
+# search, features and scoring: far above any real address (the models read at most 126), and it bounds
+# the work an arbitrarily long input can cause.
+MAX_QUERY_CHARS = 256
 
 
 def env(name: str, default: str | None = None) -> str | None:

@@ -97,6 +97,32 @@ def build_sparse(texts: Iterable[str], ids: Sequence[int]) -> SparseIndex:
     return index
 
 
+def update_sparse(index: SparseIndex, remove_ids: Sequence[int], texts: Sequence[str], ids: Sequence[int]) -> SparseIndex:
+    """``index`` without the rows of ``remove_ids`` and with rows for ``texts`` under ``ids``: the cheap
+    path for small changes (cost grows with the change, not the catalog).
+
+    The idf of n-grams already known is kept (a small change barely moves it); n-grams seen for the first
+    time get the idf their document frequency among ``texts`` gives.  A full :func:`build_sparse`
+    recomputes every weight.
+    """
+    keep = ~np.isin(index.ids, np.asarray(remove_ids, dtype=np.int64))
+    vocabulary = dict(index.vocabulary)
+    new_df: Counter = Counter()
+    for text in texts:
+        new_df.update(g for g in ngrams(text) if g not in vocabulary)
+    n_docs = int(keep.sum()) + len(texts)
+    new_idf = [np.log((1 + n_docs) / (1 + df)) + 1.0 for df in new_df.values()]
+    for gram in new_df:
+        vocabulary[gram] = len(vocabulary)
+    idf = np.concatenate([index.idf, np.asarray(new_idf, dtype=np.float32)]).astype(np.float32)
+    kept = index.matrix[keep]
+    kept = sparse.csr_matrix((kept.data, kept.indices, kept.indptr), shape=(kept.shape[0], len(idf)))
+    updated = SparseIndex(vocabulary, idf, kept, np.concatenate([index.ids[keep], np.asarray(ids, dtype=np.int64)]))
+    if len(texts):
+        updated.matrix = sparse.vstack([kept, updated._vectorize(texts)], format="csr").astype(np.float32)
+    return updated
+
+
 def save_atomic(index: SparseIndex, path: str | Path) -> None:
     path = Path(path)
     buffer = io.BytesIO()

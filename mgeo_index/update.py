@@ -13,7 +13,7 @@ from pathlib import Path
 from mgeo_index import generations, settings, store
 from mgeo_index.build import BuildResult, Progress, build
 from mgeo_index.locking import writer_lock
-from mgeo_index.model.bi_encoder import load_bi_encoder
+from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 
 
 def _open(index_dir: Path, db: str | None):
@@ -30,7 +30,10 @@ def _open(index_dir: Path, db: str | None):
 
 
 def _model_for(generation: dict | None, model):
-    """The model to embed with: the one given, else the one that built the current generation (when present)."""
+    """The model to embed with: the one given (a directory or a loaded :class:`BiEncoder`), else the one
+    that built the current generation (when present)."""
+    if isinstance(model, BiEncoder):
+        return model
     if model is None and settings.env("MODEL") is None and generation and generation.get("model_path") \
             and Path(generation["model_path"]).is_dir():
         model = generation["model_path"]

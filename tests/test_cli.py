@@ -103,7 +103,7 @@ def test_match_requires_columns_a_and_b(tmp_path):
 
 def test_db_commands(tmp_path):
     assert "empty" in run("db", "current", "--index-dir", tmp_path).stdout
-    assert "0002" in run("db", "upgrade", "--index-dir", tmp_path).stdout
+    assert "0003_generations" in run("db", "upgrade", "--index-dir", tmp_path).stdout
     assert "None" in run("db", "downgrade", "base", "--index-dir", tmp_path).stdout
 
 

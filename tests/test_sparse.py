@@ -35,3 +35,20 @@ def test_weighted_reciprocal_rank_fusion():
     assert ids[0] == 3  # in both lists
     assert set(ids) == {1, 2, 3, 4} and [s for _, s in fused[0]] == sorted((s for _, s in fused[0]), reverse=True)
     assert sparse.fuse([dense, ngram], 2)[0][0][1] == pytest.approx(1 / 63 + 1 / 61)
+
+
+def test_update_sparse_drops_and_adds_rows_like_a_rebuild():
+    from mgeo_index.sparse import build_sparse, update_sparse
+
+    old_texts = ["北京市朝阳区建国路88号", "上海市浦东新区世纪大道100号", "广州市天河区天河路385号", "杭州市西湖区文三路90号"]
+    base = build_sparse(old_texts, [1, 2, 3, 4])
+    new_texts = ["深圳市南山区深南大道10000号", "北京市朝阳区建国路99号"]
+    updated = update_sparse(base, [2], new_texts, [5, 6])
+    rebuilt = build_sparse([old_texts[0], old_texts[2], old_texts[3]] + new_texts, [1, 3, 4, 5, 6])
+    assert sorted(updated.ids.tolist()) == [1, 3, 4, 5, 6] and updated.matrix.shape[0] == 5
+    queries = ["深圳南山深南大道10000号", "广州天河天河路385号", "北京朝阳建国路99号", "杭州西湖文三路"]
+    _, got = updated.search(queries, 3)
+    _, want = rebuilt.search(queries, 3)
+    assert got[:, 0].tolist() == want[:, 0].tolist() == [5, 3, 6, 4]
+    assert 2 not in updated.search(["上海浦东世纪大道100号"], 5)[1]  # the removed entry is gone
+    assert updated.search(["无关的文字"], 3)[1].tolist() == [[-1, -1, -1]]
