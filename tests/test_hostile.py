@@ -193,7 +193,7 @@ CATALOG_CORPUS = {  # file -> the error it must give (None: it builds, with reje
     "bom_only.csv": "is empty",
     "blank_first_line.csv": "first line",
     "header_only.csv": "no data rows",
-    "no_address_column.csv": "address column",
+    "no_address_column.csv": "which column holds the addresses",
     "binary.csv": None,
     "nul_bytes.csv": None,
     "broken_quotes.csv": None,
@@ -224,12 +224,13 @@ def test_catalog_corpus(name, tmp_path, tiny_model_dirs):
 
 def test_catalog_corpus_huge_field(tmp_path, tiny_model_dirs):
     path = tmp_path / "huge.csv"
-    path.write_text("id,address\n1,北京市朝阳区建国路88号\n2," + "北" * 300_000 + "\n3,\"" + "x" * 200_000 + "\n",
+    path.write_text("id,address\n1,北京市朝阳区建国路88号\n2," + "北" * 100_000 + "\n3,\"" + "x" * 200_000 + "\n",
                     encoding="utf-8")
     result = build(path, tmp_path / "idx", id_column="id", model=tiny_model_dirs[0], device="cpu")
     assert (result.rows_inserted, result.rows_rejected) == (1, 2)
     reasons = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
-    assert "longer than the model's limit" in reasons
+    assert "address has 100000 characters, longer than the model's limit" in reasons
+    assert "field larger than field limit" in reasons  # the unclosed quote
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (FUZZ / "pairs").iterdir()))

@@ -260,3 +260,22 @@ def test_lifecycle_against_postgresql(pg_url, tmp_path, tiny_model_dirs):
     # the replaced P0001 row went with generation 1 (automatic gc keeps 2); P0005's row goes now
     assert gc(index_dir, db=pg_url, keep=1).entries_purged == 1
     assert not (index_dir / "mgeo.db").exists()  # everything went to PostgreSQL
+
+
+def test_an_index_built_before_generations_is_served_and_extended(index_dir, tmp_path, tiny_model_dirs):
+    """Before migration 0003 only index.json named the files: readers use it until the first write."""
+    bi_dir = tiny_model_dirs[0]
+    engine = store.connect(settings.database_url(index_dir))
+    with engine.begin() as conn:
+        conn.execute(store.Catalog.__table__.update().values(current_generation_id=None))
+        conn.execute(delete(store.Generation))
+    engine.dispose()
+    before = _vectors(index_dir)
+    resolver = open_resolver(index_dir, model=bi_dir, rerank=False, device="cpu")
+    assert len(resolver.resolve(["深圳南山中山路75号"], top_k=3, rerank=False)[0]) == 3
+    resolver.engine.dispose()
+    result = add(_csv(tmp_path / "d.csv", ["Q1,店,浙江省杭州市西湖区文三路1号,杭州市"]), index_dir, model=bi_dir, device="cpu")
+    assert (result.vectors_added, result.vectors_total) == (1, 301)  # the old vectors were reused
+    after = _vectors(index_dir)
+    assert all(np.array_equal(before[i], after[i]) for i in before)
+    assert check(index_dir).clean

@@ -126,3 +126,45 @@ def test_postgresql_connect(pg_url: str) -> None:
         assert TABLES <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def _upgrade_keeps_entries(url: str) -> None:
+    store.upgrade(url, "0002")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO catalogs (id, name, created_at) VALUES (1, 'c', CURRENT_TIMESTAMP)")
+            for i, key in ((5, "a"), (9, "b")):
+                conn.exec_driver_sql(
+                    "INSERT INTO entries (id, catalog_id, key, address, normalized, created_at) "
+                    f"VALUES ({i}, 1, '{key}', '北京{key}', '北京{key}', CURRENT_TIMESTAMP)"
+                )
+    finally:
+        engine.dispose()
+    store.upgrade(url)  # 0003_generations rebuilds the entries table on SQLite
+    assert _schema_drift(url) == []
+    engine = store.connect(url)
+    try:
+        assert store.entry_ids(engine, 1).tolist() == [5, 9]
+        assert store.current_generation(engine, 1) is None
+        assert store.upsert_entries(engine, 1, [{"key": "a", "address": "上海", "normalized": "上海"}]) == (0, 1, 0)
+        live = store.entry_ids(engine, 1).tolist()
+        assert len(live) == 2 and 9 in live and 5 not in live  # "a" has a new entry; its old row is retired
+    finally:
+        engine.dispose()
+    store.downgrade(url, "0002")  # retired rows are dropped, the old unique constraint comes back
+    assert store.current_revision(url) == "0002"
+
+
+def test_sqlite_0003_keeps_entries_and_autoincrement(sqlite_url: str) -> None:
+    _upgrade_keeps_entries(sqlite_url)
+    engine = create_engine(sqlite_url)
+    try:
+        with engine.connect() as conn:
+            assert "AUTOINCREMENT" in conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'entries'").scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_postgresql_0003_keeps_entries(pg_url: str) -> None:
+    _upgrade_keeps_entries(pg_url)
