@@ -122,11 +122,12 @@ class Resolver:
         probs = engine.score_pairs(self.cross, firsts, seconds, device=self.device)
         labels = self.cross.labels
         exact, partial = labels.index("exact_match"), labels.index("partial_match")
+        decided = self.cross.decide(probs)
         row = 0
         for matches in results:
             for m in matches:
                 p = probs[row]
-                best = int(p.argmax())
+                best = int(decided[row])
                 m["label"] = labels[best]
                 m["probability"] = round(float(p[best]), 6)
                 m["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, p)}
