@@ -51,18 +51,26 @@ def test_batches_respect_max_batch_and_never_split_a_job():
     assert results == [["A", "B", "C"], ["D", "E"], ["F"], list("GHIJKL")]
 
 
-def test_a_lone_job_is_not_held_back_when_max_batch_is_one():
+def test_a_lone_caller_is_not_held_back_but_concurrent_callers_wait_for_company():
     ran: list = []
 
     async def main():
-        # with a one-hour max wait, only "the batch is full" can let the job through
-        batcher = Batcher(upper_batches(ran), max_batch=1, max_wait_ms=3_600_000)
+        # with a one-hour max wait, only "lone caller" or "the batch is full" can let a job through
+        batcher = Batcher(upper_batches(ran), max_batch=4, max_wait_ms=3_600_000)
         batcher.start()
-        result = await asyncio.wait_for(batcher.submit(Job("resolve", (), ["x"])), 30)
+        assert await asyncio.wait_for(batcher.submit(Job("resolve", (), ["x"])), 30) == ["X"]
+        assert await asyncio.wait_for(batcher.submit(Job("resolve", (), ["y"])), 30) == ["Y"]
+        pair = [batcher.submit(Job("resolve", (), [c])) for c in "ab"]  # two at once: they run together
+        await asyncio.wait_for(asyncio.gather(*pair), 30)
+        waiting = batcher.submit(Job("resolve", (), ["c"]))  # after a shared batch, wait for company
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        rest = [batcher.submit(Job("resolve", (), [c])) for c in "def"]
+        await asyncio.wait_for(asyncio.gather(waiting, *rest), 30)
         await batcher.stop()
-        return result
 
-    assert asyncio.run(main()) == ["X"]
+    asyncio.run(main())
+    assert ran == [["x"], ["y"], ["a", "b"], ["c", "d", "e", "f"]]
 
 
 def test_full_queue_raises_with_retry_after_and_lanes_are_bounded_separately():

@@ -3,7 +3,9 @@
 Jobs (one request's items: queries or pairs) wait in two lanes, ``interactive`` and ``bulk``. One loop
 takes up to ``max_batch`` items — interactive jobs first, bulk jobs only fill what is left, so bulk
 traffic cannot starve single queries — as soon as the batch is full or the oldest waiting job has
-waited ``max_wait_ms``. The whole batch goes to ``run_batch`` on one worker thread (one encode, one
+waited ``max_wait_ms`` — except for a lone caller: when the previous batch held one item and nothing was
+waiting after it, the next request runs at once instead of waiting for company that is not coming
+(requests that arrive meanwhile form the next batch). The whole batch goes to ``run_batch`` on one worker thread (one encode, one
 search, one rerank), and each job's future gets its slice of the answer.
 
 Limits: each lane holds at most ``max_queue`` items; past that :meth:`Batcher.submit` raises
@@ -70,6 +72,7 @@ class Batcher:
         self.lanes: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
         self.queued = dict.fromkeys(LANES, 0)  # items (not jobs) waiting per lane
         self.seconds_per_item = 0.05  # running estimate, for Retry-After
+        self.lone = True  # the last batch had one item and left nothing queued: don't wait for more
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgeo-batch")
         self._task: asyncio.Task | None = None
@@ -135,6 +138,7 @@ class Batcher:
                         job.future.set_result(result)
             seconds = time.perf_counter() - started
             self.seconds_per_item = 0.8 * self.seconds_per_item + 0.2 * seconds / items
+            self.lone = items == 1 and not any(self.lanes.values())
             if self.on_batch is not None:
                 self.on_batch(items, seconds)
 
@@ -143,7 +147,7 @@ class Batcher:
         while not any(self.lanes.values()):
             self._wake.clear()
             await self._wake.wait()
-        while sum(self.queued.values()) < self.max_batch:
+        while not self.lone and sum(self.queued.values()) < self.max_batch:
             oldest = min(lane[0].enqueued for lane in self.lanes.values() if lane)
             remaining = oldest + self.max_wait - loop.time()
             if remaining <= 0:
