@@ -336,3 +336,9 @@ def test_real_uvicorn_process_api_key_overload_and_sighup_reload(own_index, tmp_
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def test_serve_without_an_index_says_how_to_build(tmp_path):
+    result = CliRunner().invoke(cli_app, ["serve", "--index-dir", str(tmp_path / "nothing")])
+    assert result.exit_code == 1
+    assert "mgeo-index build" in result.output

@@ -138,3 +138,22 @@ def test_stop_answers_every_queued_job():
             await future
 
     asyncio.run(main())
+
+
+def test_batches_are_cut_to_meet_deadlines_and_hopeless_jobs_are_shed():
+    ran: list = []
+
+    async def main():
+        batcher = Batcher(upper_batches(ran), max_batch=8, max_wait_ms=1000)
+        batcher.seconds_per_item = 10.0  # as measured on a slow model
+        now = asyncio.get_running_loop().time()
+        hopeless = batcher.submit(Job("resolve", (), ["x"], deadline=now + 5))  # needs 10 s, has 5
+        first = [batcher.submit(Job("resolve", (), [c], deadline=now + 35)) for c in "abcd"]  # 3 fit in 35 s
+        batcher.start()
+        await asyncio.gather(*first)
+        with pytest.raises(DeadlineExceeded):
+            await hopeless
+        await batcher.stop()
+
+    asyncio.run(main())
+    assert ran[0] == ["a", "b", "c"] and ran[1] == ["d"]

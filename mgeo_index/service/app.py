@@ -181,7 +181,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                                 max_queue=config.max_queue, on_batch=on_batch)
         for lane in LANES:
             metrics.queue_depth.labels(lane=lane).set_function(lambda lane=lane: state.batcher.queued[lane])
-        if backend_device_is_cuda(config.device):
+        if _on_cuda(config.device):
             import torch
 
             metrics.device_memory.set_function(torch.cuda.memory_allocated)
@@ -318,7 +318,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     return app
 
 
-def backend_device_is_cuda(device: str | None) -> bool:
+def _on_cuda(device: str | None) -> bool:
     from mgeo_index import settings
 
     try:

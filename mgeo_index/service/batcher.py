@@ -9,9 +9,10 @@ waiting after it, the next request runs at once instead of waiting for company t
 search, one rerank), and each job's future gets its slice of the answer.
 
 Limits: each lane holds at most ``max_queue`` items; past that :meth:`Batcher.submit` raises
-:class:`QueueFull` with a Retry-After estimate. A job whose deadline passed before its batch started is
-answered with :class:`DeadlineExceeded` without being computed; a job whose caller stopped waiting
-(its future cancelled) is dropped. Every job's future is resolved at most once.
+:class:`QueueFull` with a Retry-After estimate. A job that cannot finish before its deadline (by the
+measured time per item) is answered with :class:`DeadlineExceeded` without being computed, and a batch
+stops growing when it would end after its earliest deadline; a job whose caller stopped waiting (its
+future cancelled) is dropped. Every job's future is resolved at most once.
 """
 from __future__ import annotations
 
@@ -159,25 +160,34 @@ class Batcher:
                 return
 
     def _take(self, now: float) -> list[Job]:
-        """Up to max_batch items, interactive first; a job is never split; lanes stay FIFO."""
+        """Up to max_batch items, interactive first; a job is never split; lanes stay FIFO.
+
+        Deadline-aware, from the measured time per item: a job that could not finish before its
+        deadline even alone is answered DeadlineExceeded at once (no work wasted on a caller who will
+        be gone), and a batch stops growing when it would no longer finish before its earliest deadline.
+        """
         batch: list[Job] = []
         size = 0
+        earliest = math.inf
         for lane in LANES:
             queue = self.lanes[lane]
             while queue:
                 job = queue[0]
-                if job.future.done() or job.deadline <= now:
+                alone = now + len(job.items) * self.seconds_per_item
+                if job.future.done() or alone > job.deadline:
                     queue.popleft()
                     self.queued[lane] -= len(job.items)
                     if not job.future.done():
                         job.future.set_exception(DeadlineExceeded())
                     continue
-                if batch and size + len(job.items) > self.max_batch:
+                if batch and (size + len(job.items) > self.max_batch
+                              or now + (size + len(job.items)) * self.seconds_per_item > min(earliest, job.deadline)):
                     return batch
                 queue.popleft()
                 self.queued[lane] -= len(job.items)
                 batch.append(job)
                 size += len(job.items)
+                earliest = min(earliest, job.deadline)
                 if size >= self.max_batch:
                     return batch
         return batch
