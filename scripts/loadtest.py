@@ -131,6 +131,21 @@ async def run_level(url: str, addresses: list[str], concurrency: int, max_reques
     }
 
 
+def direct_latency(index_dir: Path, addresses: list[str], n: int, top_k: int, rerank: bool) -> dict:
+    """The same single-address resolve in this process, no HTTP: what the service adds is on top of this."""
+    from mgeo_index.resolver import open_resolver
+
+    resolver = open_resolver(index_dir, device="cpu")
+    for q in addresses[-5:]:
+        resolver.resolve([q], top_k=top_k, rerank=rerank)
+    ms = []
+    for q in addresses[-5 - n : -5]:
+        t0 = time.perf_counter()
+        resolver.resolve([q], top_k=top_k, rerank=rerank)
+        ms.append((time.perf_counter() - t0) * 1000)
+    return {"queries": n, "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1)}
+
+
 def measure(name: str, index_dir: Path, extra: list[str], addresses: list[str], levels: list[int], args) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -162,6 +177,8 @@ def main() -> None:
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--no-rerank", action="store_true", help='requests ask for retrieval only ("rerank": false)')
     p.add_argument("--server-args", default="", help="more `mgeo-index serve` options for both servers, e.g. '--max-wait-ms 2'")
+    p.add_argument("--timeout-ms", type=float, default=60000, help="server deadline while measuring")
+    p.add_argument("--direct", type=int, default=100, help="single resolves timed in-process first (0: none)")
     p.add_argument("--overload", action="store_true", help="also run the overload phase")
     p.add_argument("--ready-timeout", type=float, default=300)
     p.add_argument("--logs", default="/tmp", help="folder for the servers' logs")
@@ -172,7 +189,13 @@ def main() -> None:
     common = args.server_args.split()
     report = {"index_dir": str(args.index_dir), "requests_per_level": args.requests, "seconds_per_level": args.seconds,
               "top_k": args.top_k, "rerank": not args.no_rerank, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "runs": []}
-    for name, extra in (("batched", ["--max-batch", str(args.max_batch)]), ("max-batch 1", ["--max-batch", "1"])):
+    if args.direct:
+        report["direct"] = direct_latency(args.index_dir, addresses, args.direct, args.top_k, not args.no_rerank)
+        print(f"in-process Resolver.resolve, one address per call: p50 {report['direct']['p50_ms']} ms, "
+              f"p99 {report['direct']['p99_ms']} ms ({args.direct} calls)", flush=True)
+    # a generous deadline while measuring, so that slow answers are measured rather than cut at 504
+    timeout = ["--timeout-ms", str(args.timeout_ms)]
+    for name, extra in (("batched", ["--max-batch", str(args.max_batch), *timeout]), ("max-batch 1", ["--max-batch", "1", *timeout])):
         report["runs"].append(measure(name, args.index_dir, extra + common, addresses, args.concurrency, args))
     if args.overload:
         extra = ["--max-batch", str(args.max_batch), "--max-queue", "16", "--timeout-ms", "1500", *common]

@@ -221,6 +221,18 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
         assert metric(c, "mgeo_cache_hits_total") == hits
 
 
+def test_watch_picks_up_a_new_build(own_index, tmp_path):
+    with TestClient(create_app(ServeConfig(index_dir=own_index, max_batch=2, watch_s=0.2))) as c:
+        old = wait_ready(c)["build_id"]
+        _append_and_rebuild(own_index, tmp_path)
+        deadline = time.monotonic() + 300
+        while c.get("/readyz").json()["build_id"] == old:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert c.get("/readyz").json()["entries"] == 301
+        assert metric(c, "mgeo_index_reloads_total", outcome="reloaded") == 1
+
+
 def _redis_url() -> str:
     redis = pytest.importorskip("redis", reason="redis client not installed")
     url = "redis://127.0.0.1:6379/0"

@@ -20,6 +20,7 @@ from typing import Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -126,6 +127,36 @@ class BodyLimit:
         await self.app(scope, limited_receive, guarded_send)
 
 
+class Guard:
+    """ASGI middleware: the API key on all but /healthz and /readyz, and the request latency histogram."""
+
+    def __init__(self, app, api_key: str | None, metrics: Metrics) -> None:
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        if self.api_key and scope["path"] not in UNPROTECTED and not _key_ok(Headers(scope=scope), self.api_key):
+            self.metrics.rejected.labels(reason="unauthorized").inc()
+            answer = JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
+                                  headers={"WWW-Authenticate": "Bearer"})
+            await answer(scope, receive, send_and_note)
+        else:
+            await self.app(scope, receive, send_and_note)
+        route = scope.get("route")  # set by the router when a route matched
+        self.metrics.request_seconds.labels(endpoint=getattr(route, "path", "other"), status=str(status)).observe(
+            time.perf_counter() - started)
+
+
 @dataclass
 class State:
     config: ServeConfig
@@ -162,12 +193,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def watch() -> None:
         while True:
             await asyncio.sleep(config.watch_s)
-            if state.loaded is None:
-                continue
-            try:
-                await reload_index(state)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("index reload failed, still serving build %s: %s", state.loaded.build_id, exc)
+            await _reload_logged(state)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -191,7 +217,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             tasks.append(asyncio.create_task(watch()))
         loop = asyncio.get_running_loop()
         if config.reload_signal:
-            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.create_task(_reload_logged(state)))
+            loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.create_task(_reload_logged(state))))
         try:
             yield
         finally:
@@ -209,22 +235,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     )
     app.state.mgeo = state
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-
-    @app.middleware("http")
-    async def guard_and_time(request: Request, call_next):
-        started = time.perf_counter()
-        path = request.url.path
-        if config.api_key and path not in UNPROTECTED and not _key_ok(request, config.api_key):
-            metrics.rejected.labels(reason="unauthorized").inc()
-            response = JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        else:
-            response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = route.path if route is not None else "other"
-        metrics.request_seconds.labels(endpoint=endpoint, status=str(response.status_code)).observe(
-            time.perf_counter() - started)
-        return response
+    app.add_middleware(Guard, api_key=config.api_key, metrics=metrics)  # outermost: before the body is read
 
     @app.exception_handler(HTTPProblem)
     async def problem(request: Request, exc: HTTPProblem):
@@ -286,7 +297,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 fresh[cache_key(version, normalized[i], params)] = matches
             await state.cache.set_many(fresh)
         objects = [{"query": q, "matches": m} for q, m in zip(queries, cached)]
-        return objects[0] if body.query is not None else {"results": objects}
+        return JSONResponse(objects[0] if body.query is not None else {"results": objects})
 
     @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")
     async def match(body: MatchRequest, request: Request):
@@ -303,7 +314,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         _ready(state)
         log.debug("match %s", body.pairs)
         _, results = await _submit(state, Job("match", (body.explain,), [(p.a, p.b) for p in body.pairs], lane), deadline)
-        return {"results": results}
+        return JSONResponse({"results": results})
 
     @app.post("/v1/admin/reload", summary="Load a new build of the index directory and swap it in")
     async def reload(force: bool = False):
@@ -356,9 +367,9 @@ async def reload_index(state: State, force: bool = False) -> dict:
 
 
 async def _reload_logged(state: State) -> None:
+    """Reload for SIGHUP and --watch: failures are logged and counted, the loaded index keeps serving."""
     if state.loaded is None:
-        log.warning("SIGHUP ignored: the index is still loading")
-        return
+        return  # still loading: that load picks up the newest build anyway
     try:
         await reload_index(state)
     except Exception as exc:  # noqa: BLE001
@@ -366,10 +377,10 @@ async def _reload_logged(state: State) -> None:
         log.error("index reload failed, still serving build %s: %s", state.loaded.build_id, exc)
 
 
-def _key_ok(request: Request, key: str) -> bool:
-    given = request.headers.get("x-api-key")
+def _key_ok(headers: Headers, key: str) -> bool:
+    given = headers.get("x-api-key")
     if given is None:
-        auth = request.headers.get("authorization", "")
+        auth = headers.get("authorization", "")
         given = auth[7:] if auth[:7].lower() == "bearer " else ""
     return hmac.compare_digest(given.encode(), key.encode())
 
