@@ -212,7 +212,7 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
             reload = c.post("/v1/admin/reload").json()
             statuses = [f.result().status_code for f in during]
         assert statuses == [200] * 6
-        assert reload["reloaded"] is True and reload["previous_build_id"] == old["build_id"] and reload["entries"] == 301
+        assert reload["reloaded"] is True and reload["previous_build_id"] == old["build_id"] and reload["entries"] == 301, reload
         assert c.get("/readyz").json()["build_id"] == reload["build_id"] != old["build_id"]
         assert metric(c, "mgeo_index_build_info", build_id=reload["build_id"]) == 1
         assert metric(c, "mgeo_index_build_info", build_id=old["build_id"]) == 0

@@ -182,7 +182,7 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     async def load_in_background() -> None:
         try:
-            loaded = await asyncio.to_thread(_load, config)
+            loaded = await _load_and_warm(state)
         except Exception as exc:  # noqa: BLE001 - reported by /readyz and the log; /healthz stays up
             state.load_error = f"{type(exc).__name__}: {exc}"
             log.error("could not load %s: %s", config.index_dir, state.load_error)
@@ -322,6 +322,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         try:
             return await reload_index(state, force=force)
         except Exception as exc:  # noqa: BLE001 - the old index keeps serving
+            log.exception("index reload failed, still serving build %s", state.loaded.build_id)
             metrics.reloads.labels(outcome="failed").inc()
             return JSONResponse({"reloaded": False, "build_id": state.loaded.build_id,
                                  "detail": f"reload failed, still serving the loaded index: {exc}"}, 500)
@@ -338,9 +339,13 @@ def _on_cuda(device: str | None) -> bool:
         return False
 
 
-def _load(config: ServeConfig) -> backend.Loaded:
-    return backend.load(config.index_dir, db=config.db, model=config.model, cross_model=config.cross_model,
-                        device=config.device, warm_batch=min(config.max_batch, 16))
+async def _load_and_warm(state: State) -> backend.Loaded:
+    """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
+    c = state.config
+    loaded = await asyncio.to_thread(backend.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
+                                     device=c.device)
+    await state.batcher.run_exclusive(lambda: backend.warm_up(loaded.resolver, min(c.max_batch, 16)))
+    return loaded
 
 
 def _swap(state: State, loaded: backend.Loaded) -> None:
@@ -357,7 +362,7 @@ async def reload_index(state: State, force: bool = False) -> dict:
         current = await asyncio.to_thread(backend.index_version, state.config.index_dir)
         if current == old.version and not force:
             return {"reloaded": False, "build_id": old.build_id, "version": old.version}
-        loaded = await asyncio.to_thread(_load, state.config)
+        loaded = await _load_and_warm(state)
         _swap(state, loaded)
         await state.cache.clear()
         state.metrics.reloads.labels(outcome="reloaded").inc()

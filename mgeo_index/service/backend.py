@@ -50,10 +50,9 @@ class Loaded:
         return int(self.resolver.index.ntotal)
 
 
-def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None, warm_batch: int = 8) -> Loaded:
-    """Open the index directory (always with the reranker, /v1/match needs it) and warm it up."""
+def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None) -> Loaded:
+    """Open the index directory (always with the reranker: /v1/match needs it). Warm it up before use."""
     resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True)
-    warm_up(resolver, warm_batch)
     return Loaded(resolver=resolver, version=manifest_version(resolver.manifest))
 
 

@@ -93,6 +93,10 @@ class Batcher:
         self._wake.set()
         return job.future
 
+    async def run_exclusive(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` on the worker thread between two batches (compute never runs on two threads)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
     def retry_after(self) -> int:
         """Seconds until the queued work is likely done (at least 1)."""
         return max(1, math.ceil(sum(self.queued.values()) * self.seconds_per_item))
