@@ -534,6 +534,65 @@ def bench(
                       f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
 
 
+@app.command()
+def serve(
+    index_dir: IndexDir = Path("mgeo-index"),
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback exposes the service.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    max_batch: Annotated[int, typer.Option(min=1, help="Most queries (or pairs) run together in one batch.")] = 32,
+    max_wait_ms: Annotated[float, typer.Option(min=0.0, help="Longest a request waits for others to share its batch.")] = 3.0,
+    max_queue: Annotated[int, typer.Option(min=1, help="Queued items per lane (interactive, bulk) before 429.")] = 1024,
+    timeout_ms: Annotated[float, typer.Option(min=1.0, help="Per-request deadline (504 after it); X-Timeout-Ms may shorten it.")] = 10000.0,
+    max_items: Annotated[int, typer.Option(min=1, help="Most queries or pairs in one request (413 above).")] = 256,
+    max_chars: Annotated[int, typer.Option(min=1, help="Longest address accepted (422 above).")] = 256,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 above).")] = 1 << 20,
+    max_top_k: Annotated[int, typer.Option(min=1, help="Largest top_k a request may ask for.")] = 100,
+    cache_size: Annotated[int, typer.Option(min=0, help="In-process LRU entries (0: no cache).")] = 10000,
+    cache: Annotated[str | None, typer.Option("--cache", help="Redis URL for a shared cache, e.g. redis://127.0.0.1:6379/0.")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="MGEO_INDEX_API_KEY", show_envvar=True,
+                                                help="Require this key (X-API-Key or Authorization: Bearer) on all but /healthz and /readyz.")] = None,
+    watch: Annotated[float, typer.Option(min=0.0, help="Check the index directory for a new build every N seconds (0: only on SIGHUP or POST /v1/admin/reload).")] = 0.0,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug (debug logs request texts).")] = "info",
+    db: Db = None,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+) -> None:
+    """Serve resolve and match over HTTP: dynamic batching, cache, limits, Prometheus metrics.
+
+    POST /v1/resolve, POST /v1/match, GET /healthz, /readyz, /metrics, OpenAPI docs at /docs.
+    A new build of the index directory is swapped in on SIGHUP or POST /v1/admin/reload.
+
+    Example: mgeo-index serve --index-dir idx --port 8000 --cache redis://127.0.0.1:6379/0
+    """
+    import logging
+
+    try:
+        import uvicorn
+
+        from mgeo_index.service.app import ServeConfig, create_app
+    except ImportError as exc:
+        err.print(f"[bold red]Error:[/] {exc}; install the service with pip install 'mgeo-index[serve]'", highlight=False)
+        raise typer.Exit(1) from None
+    if log_level not in ("critical", "error", "warning", "info", "debug"):
+        raise typer.BadParameter("--log-level must be critical, error, warning, info or debug")
+    with friendly_errors():
+        from mgeo_index.build import read_manifest
+
+        read_manifest(index_dir)  # no index: say how to build one before starting anything
+        config = ServeConfig(
+            index_dir=index_dir, db=db, model=model, cross_model=cross_model, device=device, max_batch=max_batch,
+            max_wait_ms=max_wait_ms, max_queue=max_queue, timeout_ms=timeout_ms, max_items=max_items,
+            max_chars=max_chars, max_body_bytes=max_body_bytes, max_top_k=max_top_k, cache_size=cache_size,
+            cache_url=cache, api_key=api_key or None, watch_s=watch, reload_signal=True,
+        )
+        application = create_app(config)
+    if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        err.print(f"[yellow]Warning:[/] serving on {host} without --api-key: anyone who can reach it can use it.")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(application, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+
+
 def _db_url(index_dir: Path | None, db: str | None) -> str:
     if index_dir is None and not (db or settings.env("DB")):
         raise typer.BadParameter("give --index-dir or --db (or set MGEO_INDEX_DB)")

@@ -19,6 +19,10 @@ import torch
 from mgeo_index import kernels
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+# Padded tokens per forward pass. On CPU a pass that fits the caches is faster per item: with the bundled
+# models (1 thread, 640 CCKS pairs / 2,000 addresses) 2,048 tokens scored 152–158 pairs/s and encoded
+# 316–323 addresses/s against 97–99 and 212–215 with 16,384; large batches still win on length sorting.
+DEFAULT_MAX_TOKENS = {"cpu": 2048, "cuda": 16384}
 
 
 def length_sorted_batches(lengths: Sequence[int], *, max_tokens: int = 16384, max_batch: int = 512) -> list[np.ndarray]:
@@ -72,13 +76,14 @@ def _run(
     postprocess: Callable[[torch.Tensor], torch.Tensor],
     device: str | None,
     precision: str | None,
-    max_tokens: int,
+    max_tokens: int | None,
     max_batch: int,
     on_batch: Callable[[int], None] | None,
 ) -> np.ndarray:
     device = str(device or next(module.parameters()).device)
     precision = precision or default_precision(device)
     cuda = device.startswith("cuda")
+    max_tokens = max_tokens or DEFAULT_MAX_TOKENS["cuda" if cuda else "cpu"]
     n = len(first)
     lengths = [len(a) + (len(second[i]) if second is not None else 0) + 3 for i, a in enumerate(first)]
     lengths = [min(length, max_length) for length in lengths]
@@ -133,7 +138,7 @@ def encode(
     *,
     device: str | None = None,
     precision: str | None = None,
-    max_tokens: int = 16384,
+    max_tokens: int | None = None,
     max_batch: int = 512,
     on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:
@@ -168,7 +173,7 @@ def score_pairs(
     *,
     device: str | None = None,
     precision: str | None = None,
-    max_tokens: int = 16384,
+    max_tokens: int | None = None,
     max_batch: int = 512,
     on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:

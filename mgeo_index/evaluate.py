@@ -58,8 +58,9 @@ def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str],
 def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None) -> dict:
     probs = engine.score_pairs(cross, [normalize(x) for x in a], [normalize(y) for y in b], device=device)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
+    predicted = [LABELS.index(cross.labels[i]) for i in cross.decide(probs)]
     probs = probs[:, order]
-    report = classification_report(gold, probs.argmax(1), LABELS)
+    report = classification_report(gold, predicted, LABELS)
     report["ece"] = expected_calibration_error(probs, gold)
     report["_probs"] = probs
     return report
@@ -98,8 +99,14 @@ def reliability_diagram(probs: np.ndarray, gold: list[int], path: str | Path, bi
     plt.close(fig)
 
 
-def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], list[str]]:
-    """(queries, gold catalog addresses): a CCKS or Shenzhen pairs file (its same-place rows) or a TSV ``query, gold``."""
+def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], list[list[str]]]:
+    """(queries, gold catalog addresses of each query): one item per distinct query.
+
+    A CCKS pairs file gives each query (by ``query_id``) all its ``exact_match`` candidates; a Shenzhen
+    file each ``addr1`` all its label-1 ``addr2``; a TSV ``query, gold`` may repeat a query on several
+    rows. A query with several gold entries (the same place listed more than once in the catalog) is
+    found when any of them is retrieved.
+    """
     path = Path(path)
     with _open_text(path) as fh:
         reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -112,24 +119,33 @@ def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], 
             rows = [(r["query"], r["gold"], r["query"]) for r in reader]
         else:
             raise CatalogError(f"{path}: expected columns query, gold (or a CCKS pairs file); found {columns}")
-    rows = [r for r in rows if split == "all" or split_of(r[2]) == split]
-    return [r[0] for r in rows], [r[1] for r in rows]
+    grouped: dict[str, tuple[str, list[str]]] = {}
+    for query, gold, group in rows:
+        if split == "all" or split_of(group) == split:
+            grouped.setdefault(group, (query, []))[1].append(gold)
+    return [q for q, _ in grouped.values()], [golds for _, golds in grouped.values()]
 
 
 def evaluate_retrieval(
-    resolver, queries: list[str], gold_addresses: list[str], *, top_k: int = 10, retrieval: str = "hybrid"
+    resolver, queries: list[str], golds: list[list[str]], *, top_k: int = 10, retrieval: str = "hybrid"
 ) -> dict:
-    """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address."""
+    """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address.
+
+    ``golds[i]`` lists the gold addresses of ``queries[i]``; the query counts as found at the first
+    rank holding any of them. Queries none of whose gold addresses is in the catalog are left out.
+    """
     from mgeo_index import store
 
     catalog_id = store.catalog_id(resolver.engine, resolver.manifest["catalog"])
-    gold_ids = store.ids_by_normalized(resolver.engine, catalog_id, [normalize(g) for g in gold_addresses])
-    keep = [i for i, g in enumerate(gold_ids) if g is not None]
+    flat = [normalize(g) for gs in golds for g in gs]
+    ids = dict(zip(flat, store.ids_by_normalized(resolver.engine, catalog_id, flat)))
+    gold_sets = [{ids[normalize(g)] for g in gs} - {None} for gs in golds]
+    keep = [i for i, found in enumerate(gold_sets) if found]
     if not keep:
         raise CatalogError("none of the gold addresses is in the index's catalog")
     queries = [queries[i] for i in keep]
-    gold = np.array([gold_ids[i] for i in keep])
-    report = {"queries": len(gold_addresses), "gold_in_catalog": len(keep), "method": retrieval}
+    gold = [gold_sets[i] for i in keep]
+    report = {"queries": len(golds), "gold_in_catalog": len(keep), "method": retrieval}
     for name, rerank in (("retrieval", False), ("reranked", True)):
         ranked = []
         for start in range(0, len(queries), 256):

@@ -55,6 +55,20 @@ def extract_elements(text: str) -> dict[str, str]:
 _ADMIN = ("province", "city", "district", "town", "village")
 
 
+def without_admin(text: str, min_length: int = 4) -> str:
+    """The address below town level: province, city, district and town spans removed.
+
+    A second retrieval key: catalog entries often omit the upper levels a query spells out
+    (江苏省南京市鼓楼区…五塘村74号 vs 鼓楼区五塘村74号楼). Returns ``text`` unchanged when too little is left.
+    """
+    elements = extract_elements(text)
+    rest = normalize(text)
+    for name in ("province", "city", "district", "town"):
+        if name in elements:
+            rest = rest.replace(elements[name], "", 1)
+    return rest if len(rest) >= min_length else normalize(text)
+
+
 def _core(name: str, span: str) -> str:
     """Comparable core of an element: admin suffixes dropped (北京市 ~ 北京), numbers as such."""
     if name in _ADMIN:

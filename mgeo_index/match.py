@@ -73,11 +73,12 @@ def match_file(
                 probs = engine.score_pairs(
                     cross, [_side(r["a"]) for _, r in valid], [_side(r["b"]) for _, r in valid], device=device
                 )
-                by_line = {line: p for (line, _), p in zip(valid, probs)}
+                decided = cross.decide(probs)
+                by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
                 for line, row in chunk:
-                    p = by_line.get(line)
+                    p, d = by_line.get(line, (None, None))
                     if p is not None:
-                        label = cross.labels[int(p.argmax())]
+                        label = cross.labels[int(d)]
                         row["label"] = label
                         result.label_counts[label] += 1
                         row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})

@@ -50,10 +50,13 @@ def expected_calibration_error(probs: np.ndarray, gold: Sequence[int], bins: int
 
 
 def retrieval_report(ranked_ids: np.ndarray, gold_ids: Sequence, ks: Sequence[int] = (1, 5, 10)) -> dict:
-    """recall@k and MRR@max(k) for rows of ranked ids (best first) against one gold id per row."""
+    """recall@k and MRR@max(k) for rows of ranked ids (best first) against the gold of each row.
+
+    A row's gold is one id or a collection of ids (any of them counts as found).
+    """
     ranked = np.asarray(ranked_ids)
-    gold = np.asarray(gold_ids).reshape(-1, 1)
-    hits = ranked == gold  # (n, k)
+    golds = [set(g) if isinstance(g, (set, frozenset, list, tuple)) else {g} for g in gold_ids]
+    hits = np.array([[int(i) in gold for i in row] for row, gold in zip(ranked.tolist(), golds)], dtype=bool).reshape(ranked.shape)
     first = np.where(hits.any(1), hits.argmax(1), -1)
     report = {f"recall@{k}": float(((first >= 0) & (first < k)).mean()) for k in ks}
     k_max = max(ks)
@@ -61,5 +64,5 @@ def retrieval_report(ranked_ids: np.ndarray, gold_ids: Sequence, ks: Sequence[in
     rr = np.zeros(len(first))
     rr[found] = 1.0 / (first[found] + 1)
     report[f"mrr@{k_max}"] = float(rr.mean())
-    report["n"] = int(len(gold))
+    report["n"] = len(golds)
     return report

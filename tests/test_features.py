@@ -1,7 +1,7 @@
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
-from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, extract_elements, pair_features
+from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, extract_elements, pair_features, without_admin
 
 
 def test_extracts_admin_road_number_building_poi():
@@ -40,3 +40,9 @@ def test_features_are_finite_and_bounded_for_any_text(a, b):
     f = pair_features(a, b)
     assert f.shape == (len(FEATURE_NAMES),) and f.dtype == np.float32
     assert np.isfinite(f).all() and (f >= 0).all() and (f <= 1).all()
+
+
+def test_without_admin_keeps_what_lies_below_the_town():
+    assert without_admin("江苏省南京市鼓楼区幕府山街道中央北路五塘村74号") == "中央北路五塘村74号"
+    assert without_admin("北京市朝阳区") == "北京市朝阳区"  # nothing left below: the text itself
+    assert without_admin("中山路88号") == "中山路88号"

@@ -32,3 +32,11 @@ def test_retrieval_report():
     ranked = np.array([[5, 1, 2], [3, 4, 5], [9, 8, 7]])
     r = retrieval_report(ranked, [5, 5, 1], ks=(1, 3))
     assert r == {"recall@1": pytest.approx(1 / 3), "recall@3": pytest.approx(2 / 3), "mrr@3": pytest.approx((1 + 1 / 3) / 3), "n": 3}
+
+
+def test_retrieval_report_counts_any_of_several_gold_ids():
+    ranked = np.array([[7, 5, 2], [3, 4, 5]])
+    r = retrieval_report(ranked, [{5, 7}, [4, 9]], ks=(1, 3))
+    assert r["recall@1"] == pytest.approx(0.5)
+    assert r["recall@3"] == 1.0
+    assert r["mrr@3"] == pytest.approx((1 + 1 / 2) / 2)

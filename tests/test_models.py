@@ -64,3 +64,17 @@ def test_shipped_default_models_are_trained_and_consistent():
                                ["北京朝阳建国路88号", "广州市天河区中山大道西1号"])
     exact = cross.labels.index("exact_match")
     assert probs[0, exact] > probs[1, exact]
+
+
+def test_decision_offsets_choose_the_label_and_survive_save_and_load(tiny_model_dirs, tmp_path):
+    cross = load_cross_encoder(tiny_model_dirs[1])
+    rows = [{"exact_match": 0.30, "partial_match": 0.45, "not_match": 0.25},
+            {"exact_match": 0.05, "partial_match": 0.15, "not_match": 0.80}]
+    probs = np.array([[row[label] for label in cross.labels] for row in rows])
+    assert [cross.labels[i] for i in cross.decide(probs)] == ["partial_match", "not_match"]  # no offsets: argmax
+    cross.decision_offsets = [0.5 if label == "exact_match" else 0.0 for label in cross.labels]
+    cross.save(tmp_path / "cross")
+    loaded = load_cross_encoder(tmp_path / "cross")
+    assert loaded.decision_offsets == cross.decision_offsets
+    # log 0.30 + 0.5 > log 0.45: the offset turns the first row into exact_match; the second stays
+    assert [loaded.labels[i] for i in loaded.decide(probs)] == ["exact_match", "not_match"]

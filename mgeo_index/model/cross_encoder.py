@@ -8,11 +8,17 @@ Optionally a *stacked* scorer: a small feature head over structured agreement fe
 edit-distance similarities) whose logits are combined with the network's:
 ``logits = alpha * network_logits + beta * feature_logits + bias``, the three combination
 parameters fitted on the held-out calibration split (they subsume the temperature).
+
+Probabilities stay calibrated; the *label* is a decision on top of them: the label maximizing
+``log p + decision_offsets``, offsets fitted on the calibration split for macro-F1 (a calibrated
+model under-predicts the rare ``exact_match`` class; macro-F1 weighs all three classes equally).
+Without offsets the label is the most probable one.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -50,6 +56,13 @@ class CrossEncoder(torch.nn.Module):
         self.path: str | None = None  # where it was loaded from or saved to
         self.feature_head: FeatureHead | None = None
         self.stack: dict | None = None  # {"alpha": float, "beta": float, "bias": [3 floats], "features": [...]}
+        self.decision_offsets: list[float] | None = None  # per label, in self.labels order
+
+    def decide(self, probs: np.ndarray) -> np.ndarray:
+        """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
+        probs = np.asarray(probs, dtype=np.float64).reshape(-1, len(self.labels))
+        offsets = np.asarray(self.decision_offsets or [0.0] * len(self.labels))
+        return np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + offsets, axis=1)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order
@@ -76,6 +89,8 @@ class CrossEncoder(torch.nn.Module):
         if self.feature_head is not None:
             save_file({k: v.detach().float().contiguous() for k, v in self.feature_head.state_dict().items()}, path / FEATURE_HEAD)
             manifest["stack"] = self.stack
+        if self.decision_offsets is not None:
+            manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
         write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
@@ -108,6 +123,11 @@ def load_cross_encoder(path: str | Path) -> CrossEncoder:
         cross.feature_head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0]).eval()
         cross.feature_head.load_state_dict(state)
         cross.stack = manifest["stack"]
+    if manifest.get("decision_offsets"):
+        offsets = manifest["decision_offsets"]
+        if set(offsets) != set(labels):
+            raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
+        cross.decision_offsets = [float(offsets[label]) for label in labels]
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

@@ -404,8 +404,12 @@ def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.n
     return {"alpha": alpha, "beta": beta, "bias": bias, "features": list(FEATURE_NAMES)}
 
 
-def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair]) -> dict:
-    """Temperature of the network alone, then the stacked scorer; ship whichever fits calib better."""
+def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: list[data.Pair]) -> dict:
+    """Temperature of the network alone, then the stacked scorer; ship whichever fits calib better.
+
+    Then the label decision offsets, fitted for macro-F1 on the calibration split of
+    ``decision_pairs`` (the three-way CCKS pairs: the binary Shenzhen pairs have no partial class).
+    """
     cross = load_cross_encoder(cfg.out / "work" / "cross_uncalibrated")
     calib = _cross_examples(pairs, "calib")
     gold = np.array([g for *_, g in calib])
@@ -422,12 +426,50 @@ def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair]) -> dict:
     cross.temperature = temperature
     if nll_stacked < nll_network:
         cross.feature_head, cross.stack = head, stack
+    fit_decision(cross, _cross_examples(decision_pairs, "calib"))
     cross.save(cfg.out / "cross")
     stats = {"temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll_network,
              "calib_nll_stacked": nll_stacked, "stacked": cross.feature_head is not None,
-             "stack": {k: v for k, v in stack.items() if k != "features"}}
+             "stack": {k: v for k, v in stack.items() if k != "features"},
+             "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
     cfg.log(f"[calibrate] {stats}")
     return stats
+
+
+def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.arange(-1.0, 2.001, 0.1)) -> list[float]:
+    """Per-label offsets (``not_match`` fixed at 0) maximizing macro-F1 of argmax(log p + offsets).
+
+    Grid search on held-out pairs; ties go to the smallest change. ``gold`` in ``labels`` order.
+    """
+    from mgeo_index.metrics import classification_report
+
+    logp = np.log(np.clip(probs, 1e-12, 1.0))
+    exact, partial = labels.index("exact_match"), labels.index("partial_match")
+    best = (-1.0, 0.0, [0.0] * len(labels))
+    for a in grid:
+        for b in grid:
+            offsets = [0.0] * len(labels)
+            offsets[exact], offsets[partial] = round(float(a), 3), round(float(b), 3)
+            f1 = classification_report(gold, np.argmax(logp + offsets, 1), labels)["macro_f1"]
+            if (f1, -abs(a) - abs(b)) > best[:2]:
+                best = (f1, -abs(a) - abs(b), offsets)
+    return best[2]
+
+
+def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> None:
+    """Set ``cross.decision_offsets`` from held-out (a, b, LABELS index) examples."""
+    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    gold = np.array([cross.labels.index(LABELS[g]) for *_, g in examples])
+    cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
+
+
+def refit_decision(cross_dir: Path, data_dir: Path) -> dict:
+    """Fit the decision offsets of an existing cross-encoder on the CCKS calibration split; save it in place."""
+    cross = load_cross_encoder(cross_dir)
+    calib = _cross_examples(data.ccks_pairs(data_dir), "calib")
+    fit_decision(cross, calib)
+    cross.save(cross_dir)
+    return {"calibration_pairs": len(calib), "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
 
 
 def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev") -> dict:
@@ -472,7 +514,7 @@ def train(cfg: TrainConfig) -> dict:
         _invalidate_after_pretraining(cfg)
     bi_stats = stage_bi(cfg, tokenizer, mlm_path, ccks + shenzhen, tagged)
     cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen)
-    calib_stats = stage_calibrate(cfg, ccks + shenzhen)
+    calib_stats = stage_calibrate(cfg, ccks + shenzhen, ccks)
     bi = load_bi_encoder(cfg.out / "bi")
     cross = load_cross_encoder(cfg.out / "cross")
     metrics = {

@@ -1,0 +1,1 @@
+"""`mgeo-index serve`: the online service (FastAPI app, dynamic batcher, cache, metrics)."""

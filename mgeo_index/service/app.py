@@ -1,0 +1,442 @@
+"""The FastAPI app of `mgeo-index serve`: endpoints, limits, API key, readiness and index reload.
+
+``create_app(ServeConfig(...))`` returns the app; the index is loaded and warmed up in the background
+after start-up (``/healthz`` answers at once, ``/readyz`` and the ``/v1`` endpoints once it is loaded).
+Request texts are logged only at DEBUG level.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from mgeo_index.service import backend
+from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, Job, QueueFull
+from mgeo_index.service.cache import cache_key, open_cache
+from mgeo_index.service.metrics import Metrics, create_metrics
+from mgeo_index.text import normalize
+
+log = logging.getLogger("mgeo_index.service")
+UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
+
+
+@dataclass
+class ServeConfig:
+    index_dir: Path
+    db: str | None = None
+    model: Path | None = None
+    cross_model: Path | None = None
+    device: str | None = None
+    max_batch: int = 32
+    max_wait_ms: float = 3.0
+    max_queue: int = 1024  # items per lane
+    timeout_ms: float = 10_000  # per-request deadline (X-Timeout-Ms may shorten it)
+    max_items: int = 256  # queries or pairs per request
+    max_chars: int = 256  # per address
+    max_body_bytes: int = 1 << 20
+    max_top_k: int = 100
+    cache_size: int = 10_000
+    cache_url: str | None = None
+    api_key: str | None = None
+    watch_s: float = 0.0  # poll the index directory for a new build every watch_s seconds (0: off)
+    reload_signal: bool = False  # SIGHUP reloads (the CLI turns it on; needs the main thread)
+
+
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: StrictStr | None = Field(None, description="One address (answer: one object).")
+    queries: list[StrictStr] | None = Field(None, description="Several addresses (answer: {'results': [...]}).")
+    top_k: int = Field(10, ge=1, description="Matches per query (at most --max-top-k).")
+    rerank: bool = True
+    explain: bool = False
+    retrieval: Literal["hybrid", "dense", "sparse"] = "hybrid"
+    priority: Literal["interactive", "bulk"] | None = Field(None, description="Lane; also the X-Priority header.")
+
+
+class Pair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    a: StrictStr
+    b: StrictStr
+
+
+class MatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pairs: list[Pair]
+    explain: bool = False
+    priority: Literal["interactive", "bulk"] | None = None
+
+
+class HTTPProblem(Exception):
+    """An error answer: status, message, optional headers."""
+
+    def __init__(self, status: int, detail: str, reason: str, headers: dict | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.reason, self.headers = status, detail, reason, headers or {}
+
+
+def _invalid(loc: list, msg: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ["body", *loc], "msg": msg, "type": "value_error"}])
+
+
+class BodyLimit:
+    """ASGI middleware: request bodies over ``max_bytes`` get 413 (Content-Length or counted while read)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_large = JSONResponse({"detail": f"request body over {self.max_bytes} bytes (--max-body-bytes)"}, 413)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await too_large(scope, receive, send)
+        received = 0
+        answered = False
+
+        async def limited_receive():
+            nonlocal received, answered
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    if not answered:
+                        answered = True
+                        await too_large(scope, receive, send)
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
+            return message
+
+        async def guarded_send(message):
+            if not answered:
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+
+class Guard:
+    """ASGI middleware: the API key on all but /healthz and /readyz, and the request latency histogram."""
+
+    def __init__(self, app, api_key: str | None, metrics: Metrics) -> None:
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        if self.api_key and scope["path"] not in UNPROTECTED and not _key_ok(Headers(scope=scope), self.api_key):
+            self.metrics.rejected.labels(reason="unauthorized").inc()
+            answer = JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
+                                  headers={"WWW-Authenticate": "Bearer"})
+            await answer(scope, receive, send_and_note)
+        else:
+            await self.app(scope, receive, send_and_note)
+        route = scope.get("route")  # set by the router when a route matched
+        self.metrics.request_seconds.labels(endpoint=getattr(route, "path", "other"), status=str(status)).observe(
+            time.perf_counter() - started)
+
+
+@dataclass
+class State:
+    config: ServeConfig
+    metrics: Metrics
+    cache: object
+    batcher: Batcher | None = None
+    loaded: backend.Loaded | None = None
+    load_error: str | None = None
+    reload_lock: asyncio.Lock | None = None
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    metrics = create_metrics()
+    namespace = hashlib.sha256(str(Path(config.index_dir).resolve()).encode()).hexdigest()[:12]
+    state = State(config=config, metrics=metrics, cache=open_cache(config.cache_url, config.cache_size, namespace))
+
+    def run_batch(jobs: list[Job]) -> list:
+        return backend.run_batch(state.loaded, jobs)  # read once: in-flight batches keep their index
+
+    def on_batch(items: int, seconds: float) -> None:
+        metrics.batch_items.observe(items)
+        metrics.batch_seconds.observe(seconds)
+
+    async def load_in_background() -> None:
+        try:
+            loaded = await _load_and_warm(state)
+        except Exception as exc:  # noqa: BLE001 - reported by /readyz and the log; /healthz stays up
+            state.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("could not load %s: %s", config.index_dir, state.load_error)
+            return
+        _swap(state, loaded)
+        log.info("ready: index %s, build %s, %d entries", config.index_dir, loaded.build_id, loaded.entries)
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(config.watch_s)
+            await _reload_logged(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if config.cache_url:
+            try:
+                await state.cache.ping()
+            except Exception as exc:
+                raise RuntimeError(f"cannot reach the cache at {config.cache_url}: {exc}") from exc
+        state.reload_lock = asyncio.Lock()
+        state.batcher = Batcher(run_batch, max_batch=config.max_batch, max_wait_ms=config.max_wait_ms,
+                                max_queue=config.max_queue, on_batch=on_batch)
+        for lane in LANES:
+            metrics.queue_depth.labels(lane=lane).set_function(lambda lane=lane: state.batcher.queued[lane])
+        if _on_cuda(config.device):
+            import torch
+
+            metrics.device_memory.set_function(torch.cuda.memory_allocated)
+        state.batcher.start()
+        tasks = [asyncio.create_task(load_in_background())]
+        if config.watch_s > 0:
+            tasks.append(asyncio.create_task(watch()))
+        loop = asyncio.get_running_loop()
+        if config.reload_signal:
+            loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.create_task(_reload_logged(state))))
+        try:
+            yield
+        finally:
+            if config.reload_signal:
+                loop.remove_signal_handler(signal.SIGHUP)
+            for task in tasks:
+                task.cancel()
+            await state.batcher.stop()
+            await state.cache.close()
+
+    app = FastAPI(
+        title="mgeo-index",
+        summary="Chinese address entity resolution: resolve addresses against a catalog, score address pairs.",
+        lifespan=lifespan,
+    )
+    app.state.mgeo = state
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(Guard, api_key=config.api_key, metrics=metrics)  # outermost: before the body is read
+
+    @app.exception_handler(HTTPProblem)
+    async def problem(request: Request, exc: HTTPProblem):
+        metrics.rejected.labels(reason=exc.reason).inc()
+        return JSONResponse({"detail": exc.detail}, exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        metrics.rejected.labels(reason="invalid").inc()
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, 422)
+
+    @app.get("/healthz", summary="Alive (answers even while the index loads)")
+    async def healthz():
+        return {"status": "alive"}
+
+    @app.get("/readyz", summary="Index and models loaded and warmed up")
+    async def readyz():
+        if state.loaded is None:
+            return JSONResponse({"ready": False, "reason": state.load_error or "loading"}, 503, headers={"Retry-After": "5"})
+        return {"ready": True, "build_id": state.loaded.build_id, "version": state.loaded.version,
+                "entries": state.loaded.entries}
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus():
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/resolve", summary="Resolve one address (query) or several (queries): the JSON of `resolve --json`")
+    async def resolve(body: ResolveRequest, request: Request):
+        if (body.query is None) == (body.queries is None):
+            raise _invalid(["query"], "give exactly one of 'query' (one address) or 'queries' (a list)")
+        queries = [body.query] if body.query is not None else body.queries
+        field = "query" if body.query is not None else "queries"
+        if not queries:
+            raise _invalid(["queries"], "the list is empty; give at least one address")
+        if len(queries) > config.max_items:
+            raise HTTPProblem(413, f"'queries' has {len(queries)} addresses; at most {config.max_items} per request "
+                                   "(--max-items): split it", "too_large")
+        if body.top_k > config.max_top_k:
+            raise _invalid(["top_k"], f"top_k is {body.top_k}; at most {config.max_top_k} (--max-top-k)")
+        normalized = [_check_text(q, [field] if field == "query" else [field, i], config.max_chars)
+                      for i, q in enumerate(queries)]
+        lane = _lane(request, body.priority)
+        deadline = _deadline(request, config)
+        loaded = _ready(state)
+        params = (body.top_k, body.rerank, body.explain, body.retrieval)
+        log.debug("resolve %s", queries)
+        keys = [cache_key(loaded.version, n, params) for n in normalized]
+        cached = await state.cache.get_many(keys)
+        hits = sum(c is not None for c in cached)
+        metrics.cache_hits.inc(hits)
+        metrics.cache_misses.inc(len(keys) - hits)
+        missing = [i for i, c in enumerate(cached) if c is None]
+        if missing:
+            version, results = await _submit(state, Job("resolve", params, [queries[i] for i in missing], lane), deadline)
+            fresh = {}
+            for i, matches in zip(missing, results):
+                cached[i] = matches
+                fresh[cache_key(version, normalized[i], params)] = matches
+            await state.cache.set_many(fresh)
+        objects = [{"query": q, "matches": m} for q, m in zip(queries, cached)]
+        return JSONResponse(objects[0] if body.query is not None else {"results": objects})
+
+    @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")
+    async def match(body: MatchRequest, request: Request):
+        if not body.pairs:
+            raise _invalid(["pairs"], "the list is empty; give at least one {'a': ..., 'b': ...}")
+        if len(body.pairs) > config.max_items:
+            raise HTTPProblem(413, f"'pairs' has {len(body.pairs)} pairs; at most {config.max_items} per request "
+                                   "(--max-items): split it", "too_large")
+        for i, pair in enumerate(body.pairs):
+            _check_text(pair.a, ["pairs", i, "a"], config.max_chars)
+            _check_text(pair.b, ["pairs", i, "b"], config.max_chars)
+        lane = _lane(request, body.priority)
+        deadline = _deadline(request, config)
+        _ready(state)
+        log.debug("match %s", body.pairs)
+        _, results = await _submit(state, Job("match", (body.explain,), [(p.a, p.b) for p in body.pairs], lane), deadline)
+        return JSONResponse({"results": results})
+
+    @app.post("/v1/admin/reload", summary="Load a new build of the index directory and swap it in")
+    async def reload(force: bool = False):
+        _ready(state)
+        try:
+            return await reload_index(state, force=force)
+        except Exception as exc:  # noqa: BLE001 - the old index keeps serving
+            log.exception("index reload failed, still serving build %s", state.loaded.build_id)
+            metrics.reloads.labels(outcome="failed").inc()
+            return JSONResponse({"reloaded": False, "build_id": state.loaded.build_id,
+                                 "detail": f"reload failed, still serving the loaded index: {exc}"}, 500)
+
+    return app
+
+
+def _on_cuda(device: str | None) -> bool:
+    from mgeo_index import settings
+
+    try:
+        return settings.device(device).startswith("cuda")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+async def _load_and_warm(state: State) -> backend.Loaded:
+    """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
+    c = state.config
+    loaded = await asyncio.to_thread(backend.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
+                                     device=c.device)
+    await state.batcher.run_exclusive(lambda: backend.warm_up(loaded.resolver, min(c.max_batch, 16)))
+    return loaded
+
+
+def _swap(state: State, loaded: backend.Loaded) -> None:
+    state.loaded = loaded  # one assignment: the next batch sees the new index, running ones keep theirs
+    state.metrics.index_entries.set(loaded.entries)
+    state.metrics.index_build.clear()
+    state.metrics.index_build.labels(build_id=loaded.build_id, version=loaded.version).set(1)
+
+
+async def reload_index(state: State, force: bool = False) -> dict:
+    """Load the index directory's current build aside, warm it up, swap it in, empty the cache."""
+    async with state.reload_lock:
+        old = state.loaded
+        current = await asyncio.to_thread(backend.index_version, state.config.index_dir)
+        if current == old.version and not force:
+            return {"reloaded": False, "build_id": old.build_id, "version": old.version}
+        loaded = await _load_and_warm(state)
+        _swap(state, loaded)
+        await state.cache.clear()
+        state.metrics.reloads.labels(outcome="reloaded").inc()
+        log.info("index reloaded: build %s → %s (%d entries)", old.build_id, loaded.build_id, loaded.entries)
+        return {"reloaded": True, "build_id": loaded.build_id, "version": loaded.version,
+                "previous_build_id": old.build_id, "entries": loaded.entries}
+
+
+async def _reload_logged(state: State) -> None:
+    """Reload for SIGHUP and --watch: failures are logged and counted, the loaded index keeps serving."""
+    if state.loaded is None:
+        return  # still loading: that load picks up the newest build anyway
+    try:
+        await reload_index(state)
+    except Exception as exc:  # noqa: BLE001
+        state.metrics.reloads.labels(outcome="failed").inc()
+        log.error("index reload failed, still serving build %s: %s", state.loaded.build_id, exc)
+
+
+def _key_ok(headers: Headers, key: str) -> bool:
+    given = headers.get("x-api-key")
+    if given is None:
+        auth = headers.get("authorization", "")
+        given = auth[7:] if auth[:7].lower() == "bearer " else ""
+    return hmac.compare_digest(given.encode(), key.encode())
+
+
+def _check_text(text: str, loc: list, max_chars: int) -> str:
+    if len(text) > max_chars:
+        raise _invalid(loc, f"address is {len(text)} characters; at most {max_chars} (--max-chars)")
+    normalized = normalize(text)
+    if not normalized:
+        raise _invalid(loc, "address is empty (nothing left after removing spaces and punctuation)")
+    return normalized
+
+
+def _lane(request: Request, priority: str | None) -> str:
+    header = request.headers.get("x-priority")
+    if header is not None and header not in LANES:
+        raise RequestValidationError([{"loc": ["header", "x-priority"], "msg": f"must be one of {LANES}",
+                                       "type": "value_error"}])
+    return priority or header or "interactive"
+
+
+def _deadline(request: Request, config: ServeConfig) -> float:
+    """Seconds this request may wait: --timeout-ms, shortened by an X-Timeout-Ms header."""
+    timeout = config.timeout_ms
+    header = request.headers.get("x-timeout-ms")
+    if header is not None:
+        try:
+            timeout = min(timeout, float(header))
+        except ValueError:
+            raise RequestValidationError([{"loc": ["header", "x-timeout-ms"], "msg": "must be a number of milliseconds",
+                                           "type": "value_error"}]) from None
+    return max(timeout, 0.0) / 1000
+
+
+def _ready(state: State) -> backend.Loaded:
+    if state.loaded is None:
+        raise HTTPProblem(503, "the index is still loading; see /readyz", "not_ready", {"Retry-After": "5"})
+    return state.loaded
+
+
+async def _submit(state: State, job: Job, timeout: float):
+    loop = asyncio.get_running_loop()
+    job.deadline = loop.time() + timeout
+    try:
+        future = state.batcher.submit(job)
+    except QueueFull as exc:
+        raise HTTPProblem(429, str(exc), "queue_full", {"Retry-After": str(exc.retry_after)}) from None
+    try:
+        return await asyncio.wait_for(future, timeout)  # on timeout the future is cancelled: a queued job is dropped
+    except (asyncio.TimeoutError, DeadlineExceeded):
+        raise HTTPProblem(504, f"no answer within the request deadline ({timeout * 1000:.0f} ms)", "deadline") from None
+    except Exception:  # the batch failed: this request gets a 500, the server goes on
+        log.exception("batch failed")
+        raise HTTPProblem(500, "internal error while resolving; see the server log", "error") from None

@@ -1,0 +1,109 @@
+"""What the batcher runs: whole batches through the resolver and the engine, on the loaded index.
+
+The server holds one :class:`Loaded` at a time and replaces it in one assignment on reload; a batch
+reads it once when it starts, so batches in flight finish on the index they started with.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgeo_index import build, engine, features
+from mgeo_index.resolver import Resolver, open_resolver
+from mgeo_index.service.batcher import Job
+from mgeo_index.text import normalize
+
+# Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
+WARMUP_QUERIES = (
+    "北京朝阳建国路88号",
+    "广州市天河区柯木塱背坪村窑屋地西街四巷1号首层",
+    "深圳南山中山路７５号东方科技园９号楼",
+    "上海徐汇漕溪北路1号",
+    "杭州市西湖区文三路478号华星时代广场A座",
+)
+
+
+def index_version(index_dir: str | Path) -> str:
+    """What identifies the index ``open_resolver`` would load now (build id + index file of index.json).
+
+    The one place that knows how an index change shows: adapt it when the directory layout changes.
+    """
+    return manifest_version(build.read_manifest(index_dir))
+
+
+def manifest_version(manifest: dict) -> str:
+    return f"{manifest.get('build_id')}:{manifest.get('index_file')}"
+
+
+@dataclass
+class Loaded:
+    resolver: Resolver
+    version: str  # of the manifest the resolver actually loaded
+
+    @property
+    def build_id(self) -> str:
+        return str(self.resolver.manifest.get("build_id"))
+
+    @property
+    def entries(self) -> int:
+        return int(self.resolver.index.ntotal)
+
+
+def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None) -> Loaded:
+    """Open the index directory (always with the reranker: /v1/match needs it). Warm it up before use."""
+    resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True)
+    return Loaded(resolver=resolver, version=manifest_version(resolver.manifest))
+
+
+def warm_up(resolver: Resolver, batch: int) -> None:
+    """One lone query and one batch through encode, both searches, the store and the reranker."""
+    resolver.resolve(WARMUP_QUERIES[:1])
+    resolver.resolve([WARMUP_QUERIES[i % len(WARMUP_QUERIES)] for i in range(max(1, batch))], explain=True)
+    score_pairs(resolver, [(WARMUP_QUERIES[0], WARMUP_QUERIES[1])], explain=True)
+
+
+def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool) -> list[dict]:
+    a = [normalize(x) for x, _ in pairs]
+    b = [normalize(y) for _, y in pairs]
+    probs = engine.score_pairs(resolver.cross, a, b, device=resolver.device)
+    labels = resolver.cross.labels
+    out = []
+    for (raw_a, raw_b), p in zip(pairs, probs):
+        best = int(p.argmax())
+        result = {
+            "a": raw_a,
+            "b": raw_b,
+            "label": labels[best],
+            "probability": round(float(p[best]), 6),
+            "probabilities": {label: round(float(v), 6) for label, v in zip(labels, p)},
+        }
+        if explain:
+            result["explain"] = features.explain(raw_a, raw_b)
+        out.append(result)
+    return out
+
+
+def run_batch(loaded: Loaded, jobs: list[Job]) -> list[tuple[str, list]]:
+    """(version, per-item results) for each job. Jobs with the same kind and parameters share one call:
+    one resolve (one encode, one search, one rerank) or one score_pairs for all their items."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, job in enumerate(jobs):
+        groups[(job.kind, job.params)].append(i)
+    out: list = [None] * len(jobs)
+    for (kind, params), members in groups.items():
+        items = [item for i in members for item in jobs[i].items]
+        if kind == "resolve":
+            top_k, rerank, explain, retrieval = params
+            results = loaded.resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval)
+        elif kind == "match":
+            (explain,) = params
+            results = score_pairs(loaded.resolver, items, explain)
+        else:
+            raise ValueError(f"unknown job kind {kind!r}")
+        start = 0
+        for i in members:
+            n = len(jobs[i].items)
+            out[i] = (loaded.version, results[start : start + n])
+            start += n
+    return out

@@ -1,0 +1,197 @@
+"""Dynamic batching: concurrent requests share one resolver call.
+
+Jobs (one request's items: queries or pairs) wait in two lanes, ``interactive`` and ``bulk``. One loop
+takes up to ``max_batch`` items — interactive jobs first, bulk jobs only fill what is left, so bulk
+traffic cannot starve single queries — as soon as the batch is full or the oldest waiting job has
+waited ``max_wait_ms`` — except for a lone caller: when the previous batch held one item and nothing was
+waiting after it, the next request runs at once instead of waiting for company that is not coming
+(requests that arrive meanwhile form the next batch). The whole batch goes to ``run_batch`` on one worker thread (one encode, one
+search, one rerank), and each job's future gets its slice of the answer.
+
+Limits: each lane holds at most ``max_queue`` items; past that :meth:`Batcher.submit` raises
+:class:`QueueFull` with a Retry-After estimate. A job that cannot finish before its deadline (by the
+measured time per item) is answered with :class:`DeadlineExceeded` without being computed, and a batch
+stops growing when it would end after its earliest deadline; a job whose caller stopped waiting (its
+future cancelled) is dropped. Every job's future is resolved at most once.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+LANES = ("interactive", "bulk")
+
+
+class QueueFull(Exception):
+    """The lane's queue is full: answer 429 and ask the caller to come back after ``retry_after`` s."""
+
+    def __init__(self, lane: str, retry_after: int) -> None:
+        super().__init__(f"the {lane} queue is full; retry after {retry_after} s")
+        self.lane = lane
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(Exception):
+    """The job's deadline passed while it was still queued."""
+
+
+@dataclass(eq=False)
+class Job:
+    kind: str  # "resolve" or "match": run_batch groups jobs by (kind, params)
+    params: Hashable
+    items: Sequence
+    lane: str = "interactive"
+    deadline: float = math.inf  # in loop.time() seconds
+    future: asyncio.Future | None = field(default=None, repr=False)
+    enqueued: float = 0.0
+
+
+class Batcher:
+    """Queue + batching loop. ``run_batch(jobs) -> one result per job`` runs on a worker thread."""
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Job]], list],
+        *,
+        max_batch: int = 32,
+        max_wait_ms: float = 3.0,
+        max_queue: int = 1024,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        if max_batch < 1 or max_queue < 1 or max_wait_ms < 0:
+            raise ValueError("max_batch and max_queue must be ≥ 1 and max_wait_ms ≥ 0")
+        self.run_batch = run_batch
+        self.max_batch = max_batch
+        self.max_wait = max_wait_ms / 1000
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self.lanes: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
+        self.queued = dict.fromkeys(LANES, 0)  # items (not jobs) waiting per lane
+        self.seconds_per_item = 0.05  # running estimate, for Retry-After
+        self.lone = True  # the last batch had one item and left nothing queued: don't wait for more
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgeo-batch")
+        self._task: asyncio.Task | None = None
+
+    # -- callers ------------------------------------------------------------------------------
+    def submit(self, job: Job) -> asyncio.Future:
+        """Queue a job; its future gets run_batch's result for it (or an exception)."""
+        if job.lane not in LANES:
+            raise ValueError(f"lane must be one of {LANES}, not {job.lane!r}")
+        if self.queued[job.lane] + len(job.items) > self.max_queue:
+            raise QueueFull(job.lane, self.retry_after())
+        loop = asyncio.get_running_loop()
+        job.future = loop.create_future()
+        job.enqueued = loop.time()
+        self.lanes[job.lane].append(job)
+        self.queued[job.lane] += len(job.items)
+        self._wake.set()
+        return job.future
+
+    async def run_exclusive(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` on the worker thread between two batches (compute never runs on two threads)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def retry_after(self) -> int:
+        """Seconds until the queued work is likely done (at least 1)."""
+        return max(1, math.ceil(sum(self.queued.values()) * self.seconds_per_item))
+
+    # -- the loop -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="mgeo-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for lane in LANES:  # nothing waits forever
+            while self.lanes[lane]:
+                job = self.lanes[lane].popleft()
+                if not job.future.done():
+                    job.future.set_exception(RuntimeError("the server is shutting down"))
+            self.queued[lane] = 0
+        self._executor.shutdown(wait=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wait_for_batch(loop)
+            batch = self._take(loop.time())
+            if not batch:
+                continue
+            items = sum(len(job.items) for job in batch)
+            started = time.perf_counter()
+            try:
+                results = await loop.run_in_executor(self._executor, self.run_batch, batch)
+                if len(results) != len(batch):
+                    raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} jobs")
+            except Exception as exc:  # noqa: BLE001 - every waiting caller gets the error, the loop goes on
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+            else:
+                for job, result in zip(batch, results):
+                    if not job.future.done():  # the caller may have given up (deadline)
+                        job.future.set_result(result)
+            seconds = time.perf_counter() - started
+            self.seconds_per_item = 0.8 * self.seconds_per_item + 0.2 * seconds / items
+            self.lone = items == 1 and not any(self.lanes.values())
+            if self.on_batch is not None:
+                self.on_batch(items, seconds)
+
+    async def _wait_for_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until something is queued, then until the batch is full or the oldest job waited max_wait."""
+        while not any(self.lanes.values()):
+            self._wake.clear()
+            await self._wake.wait()
+        while not self.lone and sum(self.queued.values()) < self.max_batch:
+            oldest = min(lane[0].enqueued for lane in self.lanes.values() if lane)
+            remaining = oldest + self.max_wait - loop.time()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self, now: float) -> list[Job]:
+        """Up to max_batch items, interactive first; a job is never split; lanes stay FIFO.
+
+        Deadline-aware, from the measured time per item: a job that could not finish before its
+        deadline even alone is answered DeadlineExceeded at once (no work wasted on a caller who will
+        be gone), and a batch stops growing when it would no longer finish before its earliest deadline.
+        """
+        batch: list[Job] = []
+        size = 0
+        earliest = math.inf
+        for lane in LANES:
+            queue = self.lanes[lane]
+            while queue:
+                job = queue[0]
+                alone = now + len(job.items) * self.seconds_per_item
+                if job.future.done() or alone > job.deadline:
+                    queue.popleft()
+                    self.queued[lane] -= len(job.items)
+                    if not job.future.done():
+                        job.future.set_exception(DeadlineExceeded())
+                    continue
+                if batch and (size + len(job.items) > self.max_batch
+                              or now + (size + len(job.items)) * self.seconds_per_item > min(earliest, job.deadline)):
+                    return batch
+                queue.popleft()
+                self.queued[lane] -= len(job.items)
+                batch.append(job)
+                size += len(job.items)
+                earliest = min(earliest, job.deadline)
+                if size >= self.max_batch:
+                    return batch
+        return batch

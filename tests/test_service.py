@@ -1,0 +1,356 @@
+"""`mgeo-index serve`: the endpoints through httpx (FastAPI's TestClient), limits and errors, the cache
+(in-process and Redis), index reload, and one real uvicorn process (API key, overload, SIGHUP)."""
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e '.[serve]')")
+
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from mgeo_index import build as build_mod, engine, settings  # noqa: E402
+from mgeo_index.cli import app as cli_app  # noqa: E402
+from mgeo_index.resolver import open_resolver  # noqa: E402
+from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
+from mgeo_index.text import normalize  # noqa: E402
+
+Q1 = "深圳南山中山路75号东方科技园9号楼"
+Q1_FULLWIDTH = "深圳南山中山路７５号东方科技园９号楼"  # normalizes to Q1
+Q2 = "北京海淀燕园街道东风路127号东方大厦"
+NEW_ADDRESS = "浙江省杭州市西湖区文三路478号华星时代广场A座"
+
+
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("serve") / "idx"
+    build_mod.build(settings.SAMPLE_CATALOG, path, id_column="poi_id")
+    return path
+
+
+@pytest.fixture
+def own_index(built_index, tmp_path) -> Path:
+    """A copy of the built index (and its SQLite store) that a test may rebuild."""
+    path = tmp_path / "idx"
+    shutil.copytree(built_index, path)
+    return path
+
+
+def wait_ready(client, timeout=300.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = client.get("/readyz")
+        if r.status_code == 200:
+            return r.json()
+        assert r.status_code == 503 and "Retry-After" in r.headers
+        assert r.json()["reason"] == "loading", r.json()
+        time.sleep(0.2)
+    raise AssertionError("not ready in time")
+
+
+def metric(client, name: str, **labels) -> float:
+    text = client.get("/metrics", headers=client.headers).text
+    selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{[^}]*" + re.escape(selector) + r"[^}]*\}" if labels else "") + r" ([0-9.e+-]+)$"
+    values = [float(m.group(1)) for m in re.finditer(pattern, text, re.M)]
+    return sum(values)
+
+
+@pytest.fixture(scope="module")
+def client(built_index):
+    config = ServeConfig(index_dir=built_index, max_batch=16, max_items=8, max_chars=64, max_body_bytes=2048)
+    with TestClient(create_app(config)) as c:
+        wait_ready(c)
+        yield c
+
+
+def test_health_ready_docs_and_metrics(client, built_index):
+    assert client.get("/healthz").json() == {"status": "alive"}
+    ready = client.get("/readyz").json()
+    assert ready["ready"] is True and ready["entries"] == 300
+    assert ready["build_id"] == str(json.loads((built_index / "index.json").read_text())["build_id"])
+    assert client.get("/docs").status_code == 200
+    assert {"/v1/resolve", "/v1/match"} <= set(client.get("/openapi.json").json()["paths"])
+    assert metric(client, "mgeo_index_entries") == 300
+    assert metric(client, "mgeo_index_build_info", build_id=ready["build_id"]) == 1
+    assert "mgeo_queue_depth" in client.get("/metrics").text
+
+
+def test_resolve_answers_with_the_json_of_resolve_json(client, built_index):
+    cli = CliRunner().invoke(cli_app, ["resolve", Q1, "--index-dir", str(built_index), "--json", "--top-k", "3"])
+    assert cli.exit_code == 0, cli.output
+    r = client.post("/v1/resolve", json={"query": Q1, "top_k": 3})
+    assert r.status_code == 200
+    assert r.json() == json.loads(cli.stdout)
+    assert r.json()["matches"][0]["source_id"] == "P0001"
+
+
+def test_resolve_many_in_order_with_the_cache(client, built_index):
+    body = {"queries": [Q2, Q1, Q1_FULLWIDTH], "top_k": 2, "explain": True}
+    hits, misses = metric(client, "mgeo_cache_hits_total"), metric(client, "mgeo_cache_misses_total")
+    first = client.post("/v1/resolve", json=body).json()["results"]
+    assert [r["query"] for r in first] == body["queries"]
+    assert first[1]["matches"] == first[2]["matches"]  # same normalized address, same answer
+    assert "explain" in first[1]["matches"][0]
+    assert metric(client, "mgeo_cache_misses_total") == misses + 3
+    again = client.post("/v1/resolve", json=body, headers={"X-Priority": "bulk"}).json()["results"]
+    assert again == first
+    assert metric(client, "mgeo_cache_hits_total") == hits + 3
+    # the cached answer is the resolver's own answer
+    direct = open_resolver(built_index).resolve([Q2], top_k=2, explain=True)[0]
+    assert json.loads(json.dumps(direct)) == first[0]["matches"]
+    assert metric(client, "mgeo_batch_items_count") >= 1
+
+
+def test_match_labels_pairs_like_the_engine(client, built_index):
+    pairs = [{"a": "北京朝阳建国路88号", "b": "北京市朝阳区建国路88号"}, {"a": Q1, "b": "广州市天河区中山大道西1号"}]
+    r = client.post("/v1/match", json={"pairs": pairs})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    resolver = open_resolver(built_index)
+    expected = engine.score_pairs(resolver.cross, [normalize(p["a"]) for p in pairs], [normalize(p["b"]) for p in pairs])
+    for pair, result, p in zip(pairs, results, expected):
+        assert (result["a"], result["b"]) == (pair["a"], pair["b"])
+        probs = [result["probabilities"][label] for label in resolver.cross.labels]
+        assert probs == pytest.approx(p.tolist(), abs=1e-5)
+        assert result["label"] == resolver.cross.labels[int(p.argmax())]
+    assert results[0]["probabilities"]["exact_match"] > results[1]["probabilities"]["exact_match"]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "words"),
+    [
+        ({"queries": [Q1, "  ，。 "]}, ["body", "queries", 1], "empty"),
+        ({"query": "北京" * 40}, ["body", "query"], "at most 64"),
+        ({"query": 12345}, ["body", "query"], "string"),
+        ({"queries": [Q1, ["nested"]]}, ["body", "queries", 1], "string"),
+        ({"query": Q1, "queries": [Q2]}, ["body", "query"], "exactly one"),
+        ({}, ["body", "query"], "exactly one"),
+        ({"queries": []}, ["body", "queries"], "empty"),
+        ({"query": Q1, "top_k": 0}, ["body", "top_k"], "greater than"),
+        ({"query": Q1, "top_k": 101}, ["body", "top_k"], "at most 100"),
+        ({"query": Q1, "retrieval": "magic"}, ["body", "retrieval"], "hybrid"),
+        ({"query": Q1, "colour": "red"}, ["body", "colour"], "not permitted"),
+    ],
+)
+def test_invalid_resolve_input_is_422_naming_the_field(client, body, loc, words):
+    r = client.post("/v1/resolve", json=body)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert any(d["loc"] == loc and words in d["msg"] for d in detail), detail
+
+
+def test_invalid_match_input_and_headers_name_the_field(client):
+    r = client.post("/v1/match", json={"pairs": [{"a": Q1, "b": Q2}, {"a": Q1, "b": " "}]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "pairs", 1, "b"]
+    r = client.post("/v1/match", json={"pairs": [{"a": Q1}]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "pairs", 0, "b"]
+    r = client.post("/v1/resolve", json={"query": Q1}, headers={"X-Priority": "urgent"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "x-priority"]
+    r = client.post("/v1/resolve", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert client.post("/v1/resolve", json={"query": Q2, "top_k": 1}).status_code == 200  # still serving
+
+
+def test_too_large_is_413_and_the_server_keeps_serving(client):
+    r = client.post("/v1/resolve", json={"queries": [Q1] * 9})
+    assert r.status_code == 413 and "at most 8" in r.json()["detail"]
+    r = client.post("/v1/match", json={"pairs": [{"a": Q1, "b": Q2}] * 9})
+    assert r.status_code == 413
+    big = json.dumps({"queries": ["北" * 60] * 8}).encode()  # 2,900 bytes: over --max-body-bytes (2048)
+    assert client.post("/v1/resolve", content=big, headers={"Content-Type": "application/json"}).status_code == 413
+
+    def chunked():  # no Content-Length: counted while read
+        for start in range(0, len(big), 512):
+            yield big[start : start + 512]
+
+    r = client.post("/v1/resolve", content=chunked(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "max-body-bytes" in r.json()["detail"]
+    assert metric(client, "mgeo_rejected_requests_total", reason="too_large") >= 2
+    assert client.post("/v1/resolve", json={"query": Q1, "top_k": 1}).status_code == 200
+
+
+def test_deadline_is_504_and_the_server_keeps_serving(client):
+    before = metric(client, "mgeo_rejected_requests_total", reason="deadline")
+    r = client.post("/v1/resolve", json={"query": "上海市徐汇区漕溪北路1号", "top_k": 5}, headers={"X-Timeout-Ms": "1"})
+    assert r.status_code == 504 and "deadline" in r.json()["detail"]
+    assert metric(client, "mgeo_rejected_requests_total", reason="deadline") == before + 1
+    assert client.post("/v1/resolve", json={"query": "上海市徐汇区漕溪北路1号", "top_k": 5}).status_code == 200
+
+
+def _append_and_rebuild(index_dir: Path, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.csv"
+    text = settings.SAMPLE_CATALOG.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == "poi_id,name,address,city"
+    catalog.write_text(text.rstrip("\n") + f"\nP9999,华星时代广场,{NEW_ADDRESS},杭州市\n", encoding="utf-8")
+    build_mod.build(catalog, index_dir, id_column="poi_id")
+
+
+def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, tmp_path):
+    with TestClient(create_app(ServeConfig(index_dir=own_index, max_batch=4))) as c:
+        old = wait_ready(c)
+        assert c.post("/v1/admin/reload").json() == {"reloaded": False, "build_id": old["build_id"], "version": old["version"]}
+        body = {"query": NEW_ADDRESS, "top_k": 3}
+        before = c.post("/v1/resolve", json=body).json()
+        assert "P9999" not in [m["source_id"] for m in before["matches"]]
+        _append_and_rebuild(own_index, tmp_path)
+        hits = metric(c, "mgeo_cache_hits_total")
+        with ThreadPoolExecutor(4) as pool:  # requests keep coming while the new index loads
+            during = [pool.submit(c.post, "/v1/resolve", json={"query": f"{Q2}{i}号", "top_k": 2}) for i in range(6)]
+            reload = c.post("/v1/admin/reload").json()
+            statuses = [f.result().status_code for f in during]
+        assert statuses == [200] * 6
+        assert reload["reloaded"] is True and reload["previous_build_id"] == old["build_id"] and reload["entries"] == 301, reload
+        assert c.get("/readyz").json()["build_id"] == reload["build_id"] != old["build_id"]
+        assert metric(c, "mgeo_index_build_info", build_id=reload["build_id"]) == 1
+        assert metric(c, "mgeo_index_build_info", build_id=old["build_id"]) == 0
+        after = c.post("/v1/resolve", json=body).json()
+        assert after["matches"][0]["source_id"] == "P9999"  # computed on the new index, not the cached answer
+        assert metric(c, "mgeo_cache_hits_total") == hits
+
+
+def test_watch_picks_up_a_new_build(own_index, tmp_path):
+    with TestClient(create_app(ServeConfig(index_dir=own_index, max_batch=2, watch_s=0.2))) as c:
+        old = wait_ready(c)["build_id"]
+        _append_and_rebuild(own_index, tmp_path)
+        deadline = time.monotonic() + 300
+        while c.get("/readyz").json()["build_id"] == old:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert c.get("/readyz").json()["entries"] == 301
+        assert metric(c, "mgeo_index_reloads_total", outcome="reloaded") == 1
+
+
+def _redis_url() -> str:
+    redis = pytest.importorskip("redis", reason="redis client not installed")
+    url = "redis://127.0.0.1:6379/0"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"Redis not reachable at {url}: {exc}")
+    return url
+
+
+def test_redis_cache_is_shared_and_emptied_on_reload(own_index):
+    url = _redis_url()
+    import redis
+
+    r = redis.Redis.from_url(url)
+    config = ServeConfig(index_dir=own_index, cache_url=url, max_batch=4)
+    app = create_app(config)
+    prefix = app.state.mgeo.cache.prefix
+    try:
+        with TestClient(app) as c:
+            wait_ready(c)
+            first = c.post("/v1/resolve", json={"query": Q1, "top_k": 2}).json()
+            keys = r.keys(prefix + "*")
+            assert len(keys) == 1
+            assert json.loads(r.get(keys[0])) == first["matches"]
+        with TestClient(create_app(config)) as c:  # a second server process shares the entries
+            wait_ready(c)
+            assert c.post("/v1/resolve", json={"query": Q1_FULLWIDTH, "top_k": 2}).json()["matches"] == first["matches"]
+            assert metric(c, "mgeo_cache_hits_total") == 1
+            assert c.post("/v1/admin/reload", params={"force": True}).json()["reloaded"] is True
+            assert r.keys(prefix + "*") == []
+    finally:
+        keys = r.keys(prefix + "*")
+        if keys:
+            r.delete(*keys)
+
+
+def test_unreachable_redis_stops_start_up(built_index):
+    app = create_app(ServeConfig(index_dir=built_index, cache_url="redis://127.0.0.1:1/0"))
+    with pytest.raises(RuntimeError, match="cannot reach the cache at redis://127.0.0.1:1/0"):
+        with TestClient(app):
+            pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_uvicorn_process_api_key_overload_and_sighup_reload(own_index, tmp_path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = os.environ | {"MGEO_INDEX_API_KEY": "s3cret-key"}
+    log = open(tmp_path / "server.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgeo_index.cli", "serve", "--index-dir", str(own_index), "--port", str(port),
+         "--max-batch", "1", "--max-queue", "2", "--cache-size", "0"],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )
+    key = {"X-API-Key": "s3cret-key"}
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                if httpx.get(url + "/readyz").status_code == 200:  # health needs no key
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        old_build = httpx.get(url + "/readyz").json()["build_id"]
+        assert httpx.get(url + "/healthz").status_code == 200
+        assert httpx.post(url + "/v1/resolve", json={"query": Q1}).status_code == 401
+        assert httpx.get(url + "/metrics", headers={"X-API-Key": "wrong"}).status_code == 401
+        assert httpx.get(url + "/metrics", headers={"Authorization": "Bearer s3cret-key"}).status_code == 200
+        assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=key).json()["query"] == Q1
+
+        async def flood(n: int) -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=url, headers=key, timeout=120) as http:
+                queries = [f"{Q2[:-2]}{i}号" for i in range(n)]
+                responses = await asyncio.gather(*(http.post("/v1/resolve", json={"query": q, "top_k": 2}) for q in queries))
+                for q, r in zip(queries, responses):
+                    assert r.status_code in (200, 429), r.text
+                    if r.status_code == 200:
+                        assert r.json()["query"] == q  # each caller gets its own answer
+                    else:
+                        assert int(r.headers["Retry-After"]) >= 1
+                return responses
+
+        responses = asyncio.run(flood(24))
+        codes = [r.status_code for r in responses]
+        assert len(codes) == 24 and codes.count(200) >= 2 and codes.count(429) >= 1
+        assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=key).status_code == 200
+
+        _append_and_rebuild(own_index, tmp_path)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 300
+        while httpx.get(url + "/readyz").json()["build_id"] == old_build:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.3)
+        found = httpx.post(url + "/v1/resolve", json={"query": NEW_ADDRESS, "top_k": 1}, headers=key).json()
+        assert found["matches"][0]["source_id"] == "P9999"
+        log.seek(0)
+        text = log.read()
+        assert "index reloaded" in text
+        assert Q1 not in text and NEW_ADDRESS not in text  # request texts stay out of the info log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_serve_without_an_index_says_how_to_build(tmp_path):
+    result = CliRunner().invoke(cli_app, ["serve", "--index-dir", str(tmp_path / "nothing")])
+    assert result.exit_code == 1
+    assert "mgeo-index build" in result.output
