@@ -258,3 +258,40 @@ def test_query_corpus(tiny_index, tiny_model_dirs):
         from mgeo_index.text import normalize
 
         assert (len(matches) == 0) == (normalize(query) == "")  # nothing to match: no candidates
+
+
+def test_the_http_service_survives_2000_hostile_bodies(tiny_index, tiny_model_dirs):
+    """The same generator pointed at `mgeo-index serve` (issue #6): /v1/resolve and /v1/match."""
+    pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e '.[serve]')")
+    from fastapi.testclient import TestClient
+
+    from mgeo_index.service.app import ServeConfig, create_app
+
+    config = ServeConfig(index_dir=tiny_index, model=tiny_model_dirs[0], cross_model=tiny_model_dirs[1], device="cpu",
+                         max_items=64, max_body_bytes=64 * 1024)
+    seen: list[tuple[str, int]] = []
+    with TestClient(create_app(config), raise_server_exceptions=False) as client:
+        for _ in range(600):  # wait until the index is loaded
+            if client.get("/readyz").status_code == 200:
+                break
+            import time
+
+            time.sleep(0.1)
+
+        @given(request=hostile_json_bodies(), endpoint=st.sampled_from(["resolve", "resolve", "match"]))
+        @RUN(2000)
+        def run(request: tuple[str, bytes], endpoint: str) -> None:
+            kind, body = request
+            if endpoint == "match":  # the same hostile strings as pairs
+                try:
+                    queries = json.loads(body.decode("utf-8")).get("queries")
+                    body = json.dumps({"pairs": [{"a": q, "b": q} for q in queries]}).encode() if isinstance(queries, list) else body
+                except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
+                    pass
+            reply = client.post(f"/v1/{endpoint}", content=body, headers={"Content-Type": "application/json"})
+            assert_clean_reply(reply.status_code, reply.content)
+            seen.append((kind, reply.status_code))
+
+        run()
+        assert client.get("/readyz").status_code == 200  # still serving
+    assert len(seen) >= 2000 and {200, 422} <= {status for _, status in seen}

@@ -28,7 +28,7 @@ from mgeo_index.service import backend
 from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, Job, QueueFull
 from mgeo_index.service.cache import cache_key, open_cache
 from mgeo_index.service.metrics import Metrics, create_metrics
-from mgeo_index.text import normalize
+from mgeo_index.text import normalize, printable
 
 log = logging.getLogger("mgeo_index.service")
 UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
@@ -296,7 +296,8 @@ def create_app(config: ServeConfig) -> FastAPI:
                 cached[i] = matches
                 fresh[cache_key(version, normalized[i], params)] = matches
             await state.cache.set_many(fresh)
-        objects = [{"query": q, "matches": m} for q, m in zip(queries, cached)]
+        # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
+        objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, cached)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})
 
     @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")
