@@ -40,6 +40,7 @@ class BuildResult:
     entries_total: int = 0
     vectors_total: int = 0
     vectors_added: int = 0
+    entries_parsed: int = 0
     index_factory: str = ""
     index_path: str = ""
     rejects_path: str | None = None
@@ -86,6 +87,22 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     result.rows_skipped += skipped
 
 
+def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress) -> int:
+    """Parse the entries that have no stored elements; each chunk is committed as it is done."""
+    from mgeo_index.text.parser import parse, parser_version
+
+    done = 0
+    for batch in store.entries_without_elements(engine_, catalog_id, batch_size=max(chunk_size, 1)):
+        parsed = parse([e["normalized"] for e in batch])
+        store.insert_elements(engine_, [
+            {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": parser_version()}
+            for e, p in zip(batch, parsed)
+        ])
+        done += len(batch)
+        progress("parse", len(batch), None)
+    return done
+
+
 def _reusable_index(index_dir: Path, catalog: str, fingerprint: str, factory: str):
     """The current index of this directory when it can be extended (same catalog, model, factory)."""
     try:
@@ -113,6 +130,7 @@ def build(
     model: BiEncoder | str | Path | None = None,
     device: str | None = None,
     chunk_size: int = 5000,
+    parse_elements: bool = True,
     on_progress: Progress | None = None,
 ) -> BuildResult:
     index_dir = Path(index_dir)
@@ -146,6 +164,12 @@ def build(
                 result.rows_rejected += write_rejects(rejects_path, rejects)
             progress("read", len(rows) + len(rejects), None)
         timings["store"] = time.perf_counter() - started
+
+        # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)
+        if parse_elements:
+            t0 = time.perf_counter()
+            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress)
+            timings["parse"] = time.perf_counter() - t0
 
         # 2. entries without a vector → embeddings → index
         t0 = time.perf_counter()
@@ -218,7 +242,8 @@ def build(
             entries_total=result.entries_total,
             vectors_total=result.vectors_total,
             seconds=timings["total"],
-            stats={"seconds": timings, "vectors_added": result.vectors_added, "device": device},
+            stats={"seconds": timings, "vectors_added": result.vectors_added, "entries_parsed": result.entries_parsed,
+                   "device": device},
         )
         return result
     except BaseException as exc:  # Ctrl-C included: record it, keep what is stored, re-raise

@@ -67,6 +67,12 @@ def match_file(
                 cross, [normalize(r["a"]) for _, r in valid], [normalize(r["b"]) for _, r in valid], device=device
             )
             by_line = {line: p for (line, _), p in zip(valid, probs)}
+            if explain:  # both sides of the chunk parsed in one batch
+                from mgeo_index.text.parser import parse
+
+                parsed = parse([r["a"] for _, r in valid] + [r["b"] for _, r in valid])
+                half = len(valid)
+                rows_explained = {line: features.explain_parsed(parsed[i], parsed[half + i]) for i, (line, _) in enumerate(valid)}
             for line, row in chunk:
                 p = by_line.get(line)
                 if p is not None:
@@ -75,7 +81,7 @@ def match_file(
                     result.label_counts[label] += 1
                     row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
                     if explain:
-                        states = {k: e["state"] for k, e in features.explain(row["a"], row["b"]).items()}
+                        states = {k: e["state"] for k, e in rows_explained[line].items()}
                         row["explain"] = json.dumps(states, ensure_ascii=False)
                 writer.writerow(row)
             result.scored += len(valid)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
+
+import torch
 
 from mgeo_index.text.gazetteer import default_gazetteer
 from mgeo_index.text.parser import parse, tag_batched
@@ -21,15 +24,16 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--data", type=Path, default=Path("../shared/data"))
 parser.add_argument("--split", default="test", choices=["test", "dev"])
 parser.add_argument("--speed-rows", type=int, default=5000)
+parser.add_argument("--fp32", action="store_true", help="the FP32 tagger instead of the int8 one the parser uses")
 args = parser.parse_args()
 
 examples = load_examples(args.data)[args.split]
-tagger, gazetteer = default_tagger(), default_gazetteer()
+tagger, gazetteer = default_tagger(fp32=args.fp32), default_gazetteer()
 texts = [t for t, _ in examples]
 pred = tag_batched(tagger, texts)
 gold = [s for _, s in examples]
 report = {
-    "split": args.split, "examples": len(examples),
+    "split": args.split, "examples": len(examples), "tagger": "fp32" if args.fp32 else "int8",
     "tagging_f1_without_redundant": entity_scores(gold, pred),
     "tagging_f1_all_labels": round(entity_scores(gold, pred, ignore=())["f1"], 4),
     "admin": admin_accuracy(examples, lambda xs: parse(xs, tagger=tagger, gazetteer=gazetteer), gazetteer),
@@ -39,4 +43,6 @@ parse(rows[:512], tagger=tagger, gazetteer=gazetteer)  # warm-up
 start = time.perf_counter()
 parse(rows, tagger=tagger, gazetteer=gazetteer)
 report["parse_addresses_per_s"] = round(len(rows) / (time.perf_counter() - start))
+report["tagger_threads"] = torch.get_num_threads()
+report["load_average"] = os.getloadavg()  # other work on the machine slows the speed figure
 print(json.dumps(report, ensure_ascii=False, indent=1))
