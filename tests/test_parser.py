@@ -66,7 +66,7 @@ def _tiny_tagger(seed=0) -> Tagger:
 
 def _path_score(model, emis, path):
     trans = model._trans()
-    start = model.start.masked_fill(~model._can_start(), -1e4)
+    start = model.start.masked_fill(~model.can_start, -1e4)
     score = start[path[0]] + emis[0, path[0]]
     for t in range(1, len(path)):
         score = score + trans[path[t - 1], path[t]] + emis[t, path[t]]

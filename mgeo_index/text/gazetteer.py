@@ -80,9 +80,9 @@ class Gazetteer:
                 best_key, best = key, [code]
             elif key == best_key and code not in best:
                 best.append(code)
-        return self._fields(best, {c for _, c, _, _ in candidates}, mentions)
+        return self._fields(best, {c for _, c, _, _ in candidates})
 
-    def _fields(self, best: list[str], mentioned: set[str], mentions) -> dict:
+    def _fields(self, best: list[str], mentioned: set[str]) -> dict:
         out: dict = {f"{name}{suffix}": None for name in LEVELS.values() for suffix in ("", "_code")}
         out.update(lon=None, lat=None, inferred=[], ambiguous=[])
         if not best:

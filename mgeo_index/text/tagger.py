@@ -53,6 +53,7 @@ class Tagger(nn.Module):
         self.start = nn.Parameter(torch.zeros(n))
         self.end = nn.Parameter(torch.zeros(n))
         self.register_buffer("allowed", _allowed_transitions(cfg.tags), persistent=False)
+        self.register_buffer("can_start", torch.tensor([not t.startswith("I-") for t in cfg.tags]), persistent=False)
 
     # ---- inputs -------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,7 +82,7 @@ class Tagger(nn.Module):
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
         """Mean CRF negative log-likelihood of the gold tag paths."""
         emis = self.emissions(ids, mask)
-        trans, start, end = self._trans(), self.start.masked_fill(~self._can_start(), FORBIDDEN), self.end
+        trans, start, end = self._trans(), self.start.masked_fill(~self.can_start, FORBIDDEN), self.end
         B, T, _ = emis.shape
         rows = torch.arange(B)
         gold = start[tags[:, 0]] + emis[rows, 0, tags[:, 0]]
@@ -97,15 +98,12 @@ class Tagger(nn.Module):
         log_z = torch.logsumexp(alpha + end, dim=1)
         return (log_z - gold).mean()
 
-    def _can_start(self) -> torch.Tensor:
-        return torch.tensor([not t.startswith("I-") for t in self.cfg.tags])
-
     @torch.inference_mode()
     def decode(self, ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         """Best tag path per row (Viterbi), each as long as its text."""
         emis = self.emissions(ids, mask)
         trans = self._trans()
-        score = self.start.masked_fill(~self._can_start(), FORBIDDEN) + emis[:, 0]
+        score = self.start.masked_fill(~self.can_start, FORBIDDEN) + emis[:, 0]
         back = []
         for t in range(1, emis.shape[1]):
             best, idx = (score.unsqueeze(2) + trans).max(dim=1)
