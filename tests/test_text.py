@@ -51,6 +51,10 @@ def test_notes_and_phone_numbers_removed(raw, expected):
     assert normalize(raw) == expected
 
 
+def test_numerals_split_by_spaces_are_one_number():
+    assert normalize("〇 八栋") == normalize("〇八栋") == "8栋"
+
+
 def test_chinese_numerals():
     assert [chinese_to_int(x) for x in ("三", "十", "十二", "八十八", "一百零五", "二〇一", "两千零三")] == [3, 10, 12, 88, 105, 201, 2003]
     for bad in ("", "三四十", "十百", "abc"):
@@ -68,7 +72,7 @@ ADDRESS_ALPHABET = "北京朝阳區建國路0123456789号楼栋单元室层abc-#
 
 
 @given(st.text(alphabet=st.sampled_from(ADDRESS_ALPHABET), max_size=40))
-@hsettings(max_examples=300)
+@hsettings(max_examples=1000)
 def test_idempotent_on_address_like_text(text):
     once = normalize(text)
     assert normalize(once) == once

@@ -8,10 +8,10 @@ distinguishes two addresses (numbers, letters, CJK). Steps, repeated until nothi
 3. phone numbers removed (mobile ``1[3-9]`` + 9 digits, landline ``0AA(A)-NNNNNNN(N)``), with a
    label directly before them (电话, 手机, tel);
 4. parenthesized notes that are not address parts removed: ``(电联)``, ``(收件人张三)``, ``(联系…)``;
-5. Chinese numerals written as house / building / unit / floor / room numbers turned into digits
-   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼); other numerals (五一路, 十里河, 一号线) stay;
-6. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
-   stay: they separate numbers such as 3-2-501, 7#, 12/f and mark sub-locations).
+5. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
+   stay: they separate numbers such as 3-2-501, 7#, 12/f and mark sub-locations);
+6. Chinese numerals written as house / building / unit / floor / room numbers turned into digits
+   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼); other numerals (五一路, 十里河, 一号线) stay.
 """
 from __future__ import annotations
 
@@ -98,9 +98,9 @@ def normalize(text: str) -> str:
         text = to_simplified(text)
         text = _PHONE.sub("", text)
         text = _NOTE.sub("", text)
-        text = _NUMBERED.sub(_numeral, text)
         text = _NOISE.sub("", text)
         text = _SPACE.sub("", text)
+        text = _NUMBERED.sub(_numeral, text)  # after the spaces: 〇 八栋 is one number
         if text == before:
             break
     return text
