@@ -43,20 +43,31 @@ class Gazetteer:
         for alias, codes in data["aliases"]:
             self.names[alias] = tuple(dict.fromkeys(self.names.get(alias, ()) + tuple(codes)))
         self.history = {name: tuple(codes) for name, codes in data["history"]}
+        self._chains = {code: self._chain(code) for code in self.units}
+        self._chain_codes = {code: frozenset(u.code for u in chain) for code, chain in self._chains.items()}
 
     def lookup(self, name: str) -> tuple[str, ...]:
         """Codes a name can mean: official names and short forms, then historical names."""
         return self.names.get(name, ()) + self.history.get(name, ())
 
-    def chain(self, code: str) -> list[Unit]:
+    def chain(self, code: str) -> tuple[Unit, ...]:
         """The unit and its ancestors, province first."""
+        return self._chains.get(code, ())
+
+    def _chain(self, code: str) -> tuple[Unit, ...]:
         out = []
         while code and code in self.units:
             out.append(self.units[code])
             code = self.units[code].parent
-        return out[::-1]
+        return tuple(out[::-1])
 
     def resolve(self, mentions: list[tuple[str, int | None]]) -> dict:
+        """See ``_resolve``; results are cached by mentions (addresses share their admin prefixes)."""
+        out = self._resolve(tuple(mentions))
+        return {**out, "inferred": list(out["inferred"]), "ambiguous": list(out["ambiguous"])}
+
+    @lru_cache(maxsize=65536)
+    def _resolve(self, mentions: tuple[tuple[str, int | None], ...]) -> dict:
         """Admin chain for mentions [(name, expected level or None)] → standardized fields.
 
         Result keys: province, province_code, city, city_code, district, district_code, town,
@@ -71,7 +82,7 @@ class Gazetteer:
         ]
         best_key, best = None, []
         for _, code, _, _ in candidates:
-            chain = {u.code for u in self.chain(code)}
+            chain = self._chain_codes[code]
             used = [(i, c, lvl, old) for i, c, lvl, old in candidates if c in chain]
             fits = sum(1 for _, c, lvl, _ in used if lvl is None or self.units[c].level == lvl)
             # most mentions explained, then levels as labelled, then fewest historical names, then the higher unit

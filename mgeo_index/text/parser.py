@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from contextlib import contextmanager
 from functools import lru_cache
+
+import torch
 
 from mgeo_index.text.gazetteer import DEFAULT_PATH as GAZETTEER_PATH, Gazetteer, default_gazetteer
 from mgeo_index.text.normalize import normalize
@@ -19,14 +22,28 @@ ADMIN_LEVELS = {"prov": 1, "city": 2, "district": 3, "town": 4}
 BATCH = 128  # measured fastest on this CPU (the CRF step tensors stay in cache)
 
 
+@contextmanager
+def one_thread():
+    """Run torch on one intra-op thread for the tagger: its small per-character LSTM and CRF steps
+    gain nothing from a second thread, and on a busy 2-core machine two threads were 4–10× slower
+    (OpenMP threads waiting on each other). The previous setting is restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def tag_batched(tagger: Tagger, texts: Sequence[str], batch_size: int = BATCH) -> list[list[tuple[str, int, int]]]:
     """Tagger spans per text, in input order; batches are cut from the length-sorted texts."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: list = [None] * len(texts)
-    for i in range(0, len(order), batch_size):
-        chunk = order[i : i + batch_size]
-        for j, spans in zip(chunk, tagger.tag([texts[j] for j in chunk])):
-            out[j] = spans
+    with one_thread():
+        for i in range(0, len(order), batch_size):
+            chunk = order[i : i + batch_size]
+            for j, spans in zip(chunk, tagger.tag([texts[j] for j in chunk])):
+                out[j] = spans
     return out
 
 

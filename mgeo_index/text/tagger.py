@@ -43,7 +43,8 @@ class Tagger(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.char_ids = {c: i + 2 for i, c in enumerate(cfg.chars)}
-        n = len(cfg.tags)
+        self.tags = cfg.tags  # computed once: tag() looks one up per character
+        n = len(self.tags)
         self.embed = nn.Embedding(len(cfg.chars) + 2, cfg.dim, padding_idx=PAD)
         self.conv = nn.Conv1d(cfg.dim, cfg.dim, 3, padding=1)
         self.lstm = nn.LSTM(cfg.dim, cfg.hidden, batch_first=True, bidirectional=True)
@@ -52,18 +53,17 @@ class Tagger(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(n, n))  # [from, to]
         self.start = nn.Parameter(torch.zeros(n))
         self.end = nn.Parameter(torch.zeros(n))
-        self.register_buffer("allowed", _allowed_transitions(cfg.tags), persistent=False)
-        self.register_buffer("can_start", torch.tensor([not t.startswith("I-") for t in cfg.tags]), persistent=False)
+        self.register_buffer("allowed", _allowed_transitions(self.tags), persistent=False)
+        self.register_buffer("can_start", torch.tensor([not t.startswith("I-") for t in self.tags]), persistent=False)
 
     # ---- inputs -------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids [B, T], mask [B, T]) for texts cut to max_length."""
-        width = max((min(len(t), self.cfg.max_length) for t in texts), default=1) or 1
-        ids = torch.zeros(len(texts), width, dtype=torch.long)
-        for row, text in enumerate(texts):
-            text = text[: self.cfg.max_length]
-            if text:
-                ids[row, : len(text)] = torch.tensor([self.char_ids.get(c, UNK) for c in text])
+        texts = [t[: self.cfg.max_length] for t in texts]
+        width = max(max((len(t) for t in texts), default=1), 1)
+        get = self.char_ids.get
+        rows = [[get(c, UNK) for c in t] + [PAD] * (width - len(t)) for t in texts]  # one tensor, not one per row
+        ids = torch.tensor(rows, dtype=torch.long)
         return ids, ids != PAD
 
     # ---- network ------------------------------------------------------------------------------
@@ -124,7 +124,8 @@ class Tagger(nn.Module):
         if not texts:
             return []
         ids, mask = self.encode(texts)
-        return [spans_from_tags([self.cfg.tags[i] for i in row]) for row in self.decode(ids, mask)]
+        tags = self.tags
+        return [spans_from_tags([tags[i] for i in row]) for row in self.decode(ids, mask)]
 
     # ---- files --------------------------------------------------------------------------------
     def save(self, directory: Path) -> None:
