@@ -21,7 +21,7 @@ from mgeo_index.text import normalize
 MANIFEST = generations.MANIFEST
 REJECTS = "rejects.tsv"
 
-# on_progress(stage, advance, total): stage is "read" (advance = rows) or "encode" (advance = entries)
+# on_progress(stage, advance, total): stage is "read" (advance = rows), "parse" or "encode" (advance = entries)
 Progress = Callable[[str, int, int | None], None]
 
 
@@ -39,6 +39,7 @@ class BuildResult:
     vectors_added: int = 0
     vectors_removed: int = 0
     generation_id: int | None = None
+    entries_parsed: int = 0
     index_factory: str = ""
     index_path: str = ""
     rejects_path: str | None = None
@@ -77,6 +78,23 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     result.rows_skipped += unchanged + len(records) - len({r["key"] for r in records})  # unchanged or repeated
 
 
+def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress) -> int:
+    """Parse the entries that have no stored elements; each chunk is committed as it is done."""
+    from mgeo_index.text.parser import parse, parser_version
+
+    done = 0
+    for batch in store.entries_without_elements(engine_, catalog_id, batch_size=max(chunk_size, 1)):
+        parsed = parse([e["normalized"] for e in batch])
+        store.insert_elements(engine_, [
+            {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": parser_version()}
+            for e, p in zip(batch, parsed)
+        ])
+        done += len(batch)
+        progress("parse", len(batch), None)
+    return done
+
+
+
 def build(
     catalog_path: str | Path,
     index_dir: str | Path,
@@ -89,6 +107,7 @@ def build(
     model: BiEncoder | str | Path | None = None,
     device: str | None = None,
     chunk_size: int = 5000,
+    parse_elements: bool = True,
     on_progress: Progress | None = None,
     kind: str = "build",
 ) -> BuildResult:
@@ -100,11 +119,11 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             chunk_size, on_progress, kind)
+                             chunk_size, on_progress, kind, parse_elements)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  chunk_size, on_progress, kind) -> BuildResult:
+                  chunk_size, on_progress, kind, parse_elements) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -141,6 +160,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             progress("read", len(rows) + len(rejects), None)
         timings["store"] = time.perf_counter() - started
 
+        # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)
+        if parse_elements:
+            t0 = time.perf_counter()
+            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress)
+            timings["parse"] = time.perf_counter() - t0
+
         # 2. a new generation: vectors for entries that have none, then the pointer switch
         result.rejects_path = str(rejects_path) if result.rows_rejected else None
         published = generations.publish(
@@ -149,7 +174,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
                           "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
                           "seconds": time.perf_counter() - started,
-                          "stats": {"rows_updated": result.rows_updated, "device": device}},
+                          "stats": {"rows_updated": result.rows_updated, "entries_parsed": result.entries_parsed,
+                                    "device": device}},
         )
         timings.update(published.seconds)
         timings["total"] = time.perf_counter() - started

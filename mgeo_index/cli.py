@@ -35,6 +35,7 @@ Model = Annotated[Path | None, typer.Option("--model", help="Bi-encoder director
 CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-encoder directory [env MGEO_INDEX_CROSS_MODEL; default: bundled].")]
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … [env MGEO_INDEX_DEVICE; default: cuda when available].")]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
+AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 
 
 @app.callback()
@@ -105,7 +106,7 @@ def build(
 
         def on_progress(stage: str, advance: int, total: int | None) -> None:
             if stage not in tasks:
-                label = "Reading rows" if stage == "read" else "Encoding entries"
+                label = {"read": "Reading rows", "parse": "Parsing entries"}.get(stage, "Encoding entries")
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], advance=advance, total=total)
 
@@ -123,6 +124,7 @@ def build(
         ("entries in store", result.entries_total),
         ("vectors in index", result.vectors_total),
         ("vectors added", result.vectors_added),
+        ("entries parsed", result.entries_parsed),
         ("index", f"{result.index_factory} → {result.index_path}"),
         ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
     ):
@@ -288,6 +290,7 @@ def resolve(
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Retrieval only (no cross-encoder).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show which address elements agree or differ.")] = False,
     retrieval: Retrieval = "hybrid",
+    admin_filter: AdminFilter = False,
     batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 256,
     db: Db = None,
     model: Model = None,
@@ -306,13 +309,62 @@ def resolve(
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank)
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
-            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval)):
+            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
+                                                                     admin_filter=admin_filter)):
                 query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
                 if as_json:
                     print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
                 else:
                     console.print(_matches_table(query, matches))
         sys.stdout.flush()
+
+
+@app.command()
+def parse(
+    texts: Annotated[list[str] | None, typer.Argument(help="Addresses to parse.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per address per line.")] = False,
+    batch_size: Annotated[int, typer.Option(help="Addresses per batch.", min=1)] = 4096,
+) -> None:
+    """Split addresses into elements (province … room) and standardize province / city / district / town with official codes.
+
+    The text is normalized first (full-width, traditional characters, numerals, phone numbers, notes);
+    element spans index into that normalized text. Needs no index.
+
+    Example: mgeo-index parse "北京朝阳建国路八十八号三单元" --json
+    """
+    from mgeo_index.text.parser import parse as parse_addresses
+
+    items = _read_queries(texts or [], file)
+    with friendly_errors():
+        for start in range(0, len(items), batch_size):
+            for result in parse_addresses(items[start : start + batch_size]):
+                if as_json:
+                    print(json.dumps(result, ensure_ascii=False), flush=False)
+                else:
+                    console.print(_parse_table(result))
+        sys.stdout.flush()
+
+
+_ADMIN_OF_LABEL = {"prov": "province", "city": "city", "district": "district", "town": "town"}
+
+
+def _parse_table(result: dict) -> Table:
+    """One row per element; admin elements show the standard name and code, inferred levels first."""
+    admin = result["admin"]
+    table = Table(title=result["text"], title_justify="left")
+    for column in ("element", "text", "standard", "code"):
+        table.add_column(column)
+    written = {_ADMIN_OF_LABEL[e["label"]] for e in result["elements"] if e["label"] in _ADMIN_OF_LABEL}
+    for key in ("province", "city", "district", "town"):
+        if admin[key] and key not in written:
+            table.add_row(key, "", f"{admin[key]} (inferred)", admin[f"{key}_code"], style="dim")
+    for e in result["elements"]:
+        key = _ADMIN_OF_LABEL.get(e["label"])
+        table.add_row(e["label"], e["text"], (admin[key] or "") if key else "", (admin[f"{key}_code"] or "") if key else "")
+    if admin["ambiguous"]:
+        table.add_row("ambiguous", "", " / ".join(admin["ambiguous"]), "", style="yellow")
+    return table
 
 
 _STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]−[/]", "only_b": "[dim]+[/]"}
@@ -446,6 +498,7 @@ def eval_retrieval(
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=10, help="Candidates retrieved and reranked.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     retrieval: Retrieval = "hybrid",
+    admin_filter: AdminFilter = False,
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,
@@ -461,7 +514,7 @@ def eval_retrieval(
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
-        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval)
+        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter)
     if as_json:
         print(json.dumps(report))
         return

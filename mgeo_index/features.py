@@ -163,18 +163,71 @@ _STATE_TEXT = {
     "only_a": "only in the query",
     "only_b": "only in the candidate",
 }
+# Explanation rows from the element parser's labels (mgeo_index.text.parser), in address order.
+PARSED_ELEMENTS = {
+    "prov": "province", "city": "city", "district": "district", "town": "town", "community": "village",
+    "village": "village", "road": "road", "roadno": "roadno", "poi": "poi", "subpoi": "subpoi",
+    "houseno": "building", "cellno": "unit", "floorno": "floor", "roomno": "room",
+}
+EXPLAIN_ORDER = ["province", "city", "district", "town", "village", "road", "roadno", "poi", "subpoi",
+                 "building", "unit", "floor", "room"]
+
+
+def _spans(parsed: dict) -> dict[str, str]:
+    """Explanation element → its text (spans of one label joined, in order)."""
+    out: dict[str, str] = {}
+    for e in parsed["elements"]:
+        name = PARSED_ELEMENTS.get(e["label"])
+        if name:
+            out[name] = out.get(name, "") + e["text"]
+    return out
+
+
+def _same(name: str, a: str, b: str) -> bool:
+    ca, cb = _core(name if name != "subpoi" else "poi", a), _core(name if name != "subpoi" else "poi", b)
+    if name in ("poi", "subpoi"):
+        return ca in cb or cb in ca or fuzz.ratio(ca, cb) >= 70
+    if name == "village":
+        return ca.endswith(cb) or cb.endswith(ca)
+    return ca == cb or (name == "road" and (ca in cb or cb in ca))
+
+
+def explain_parsed(qa: dict, qb: dict) -> dict:
+    """Element-by-element comparison of two parsed addresses (``text.parser.parse`` results).
+
+    Admin levels are compared by official code when both sides resolve, inferred levels included
+    (南山区… and 深圳市南山区… agree on the city); ``query`` / ``candidate`` then hold the standard
+    names. Other elements compare their cores (numbers for numbered parts, containment for roads,
+    fuzzy for POIs). Row: {"state", "query", "candidate", "text"}; absent on both sides: left out.
+    """
+    sa, sb = _spans(qa), _spans(qb)
+    admin_a, admin_b = qa["admin"], qb["admin"]
+    rows = {}
+    for name in EXPLAIN_ORDER:
+        a, b, note = sa.get(name), sb.get(name), ""
+        if name in LEVEL_NAMES and admin_a.get(f"{name}_code") and admin_b.get(f"{name}_code"):
+            inferred = [side for side, adm in (("query", admin_a), ("candidate", admin_b)) if name in adm["inferred"]]
+            a, b = admin_a[name], admin_b[name]
+            state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
+            note = f" (inferred for the {' and the '.join(inferred)})" if inferred else ""
+        elif a and b:
+            state = "agree" if _same(name, a, b) else "differ"
+        elif a:
+            state = "only_a"
+        elif b:
+            state = "only_b"
+        else:
+            continue
+        detail = f": {a}" if state == "agree" else f": {a or '–'} vs {b or '–'}"
+        rows[name] = {"state": state, "query": a, "candidate": b, "text": f"{name} {_STATE_TEXT[state]}{detail}{note}"}
+    return rows
+
+
+LEVEL_NAMES = ("province", "city", "district", "town")
 
 
 def explain(a: str, b: str) -> dict:
     """Element-by-element comparison for people: {element: {"state", "query", "candidate", "text"}}."""
-    ea, eb = extract_elements(a), extract_elements(b)
-    return {
-        name: {
-            "state": state,
-            "query": ea.get(name),
-            "candidate": eb.get(name),
-            "text": f"{name} {_STATE_TEXT[state]}"
-            + (f": {ea.get(name) or '–'} vs {eb.get(name) or '–'}" if state != "agree" else f": {ea[name]}"),
-        }
-        for name, state in compare_elements(ea, eb).items()
-    }
+    from mgeo_index.text.parser import parse
+
+    return explain_parsed(*parse([a, b]))

@@ -46,7 +46,9 @@ from mgeo_index.catalog import (
 from mgeo_index.text import normalize
 
 STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
-RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability", "alternatives", "reason")
+#: the input address's standardized admin levels (mgeo_index.text.parser), inferred levels included
+ADMIN_COLUMNS = tuple(f"admin_{level}{suffix}" for level in ("province", "city", "district") for suffix in ("", "_code"))
+RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability", "alternatives", "reason") + ADMIN_COLUMNS
 RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already has a column of that name
 DEFAULT_MIN_PROBABILITY = 0.5
 #: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
@@ -57,7 +59,8 @@ DEFAULT_BATCH_SIZE = 1024
 ALTERNATIVES = 3
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # Parameters that change the output rows: a job resumes only when they are all the same.
-RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format")
+RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
+                 "output_columns")
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
 # on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
@@ -549,6 +552,7 @@ def normalize_file(
         "address_column": reader.address_column, "id_column": reader.id_column, "min_probability": min_probability,
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
+        "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 
@@ -668,6 +672,7 @@ def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dic
 
     for chunk, outcomes in resolved:
         results = _merge_results(chunk, outcomes)
+        _add_admin(chunk, results)
         counts = dict.fromkeys(STATUSES, 0)
         for r in results:
             counts[r["status"]] += 1
@@ -699,6 +704,20 @@ def _merge_results(chunk: Chunk, outcomes: list[dict]) -> list[dict]:
     if next(valid, None) is not None:
         raise RuntimeError("more resolver results than valid rows")  # a bug, never expected
     return results
+
+
+def _add_admin(chunk: Chunk, results: list[dict]) -> None:
+    """Fill the admin columns from the parsed input addresses (one batched parse per chunk)."""
+    from mgeo_index.text.parser import parse
+
+    valid = [(i, r.address) for i, r in enumerate(chunk.records) if r.reason is None]
+    parsed = parse([address for _, address in valid])
+    for res in results:
+        res.update(dict.fromkeys(ADMIN_COLUMNS, ""))
+    for (i, _), p in zip(valid, parsed):
+        for level in ("province", "city", "district"):
+            results[i][f"admin_{level}"] = p["admin"][level] or ""
+            results[i][f"admin_{level}_code"] = p["admin"][f"{level}_code"] or ""
 
 
 def list_jobs(index_dir: str | Path, db: str | None = None, limit: int | None = None) -> list[dict]:

@@ -75,6 +75,13 @@ def match_file(
                 )
                 decided = cross.decide(probs)
                 by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
+                if explain:  # both sides of the chunk parsed in one batch
+                    from mgeo_index.text.parser import parse
+
+                    parsed = parse([r["a"][: 4 * settings.MAX_QUERY_CHARS] for _, r in valid]
+                                   + [r["b"][: 4 * settings.MAX_QUERY_CHARS] for _, r in valid])
+                    half = len(valid)
+                    explained = {line: features.explain_parsed(parsed[i], parsed[half + i]) for i, (line, _) in enumerate(valid)}
                 for line, row in chunk:
                     p, d = by_line.get(line, (None, None))
                     if p is not None:
@@ -83,7 +90,7 @@ def match_file(
                         result.label_counts[label] += 1
                         row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
                         if explain:
-                            states = {k: e["state"] for k, e in features.explain(*(row[c][: 4 * settings.MAX_QUERY_CHARS] for c in PAIR_COLUMNS)).items()}
+                            states = {k: e["state"] for k, e in explained[line].items()}
                             row["explain"] = json.dumps(states, ensure_ascii=False)
                     # a lone CR inside a field would not be quoted with "\n" line ends (and would split the row)
                     writer.writerow({k: v.replace("\r\n", "\n").replace("\r", "\n") if isinstance(v, str) else v

@@ -59,12 +59,15 @@ class Resolver:
         rerank: bool = True,
         explain: bool = False,
         retrieval: str = "hybrid",
+        admin_filter: bool = False,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
         ``retrieval``: ``dense`` (FAISS), ``sparse`` (character n-grams) or ``hybrid`` (both, fused by
         reciprocal rank; the reranker then sees up to 2·top_k candidates). ``explain`` adds, per
-        match, which address elements agree or differ (:func:`features.explain`).
+        match, which address elements agree or differ (:func:`features.explain`). ``admin_filter``
+        drops candidates whose stored city (or district) code differs from the query's parsed one
+        when both are known (off by default: see README for what it does to recall).
         """
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
@@ -85,6 +88,8 @@ class Resolver:
                 rankings.append(self.sparse.search([features.without_admin(q) for q in normalized], depth)[1])
                 weights.append(CORE_WEIGHT)
         candidates = sparse_index.fuse(rankings, depth, weights)
+        if admin_filter:
+            candidates = self._same_admin(normalized, candidates)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
         results: list[list[dict]] = []
         for query, vector, row in zip(normalized, vectors, candidates):
@@ -106,14 +111,49 @@ class Resolver:
             )
         if rerank and self.cross is not None:
             self._rerank(normalized, results)
-        for query, matches in zip(normalized, results):
+        for matches in results:
             del matches[top_k:]
             for m in matches:
                 m.pop("_fused")
-                candidate = m.pop("_normalized")
-                if explain:
-                    m["explain"] = features.explain(query, candidate)
+        if explain:
+            self._explain(normalized, results)
+        for matches in results:
+            for m in matches:
+                m.pop("_normalized")
         return results
+
+    def _same_admin(self, normalized: list[str], candidates: list[list[tuple[int, float]]]):
+        """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction)."""
+        from mgeo_index.text.parser import parse
+
+        stored = store.get_elements(self.engine, [i for row in candidates for i, _ in row])
+        out = []
+        for query, row in zip(parse(normalized), candidates):
+            admin = query["admin"]
+            keep = []
+            for i, fused in row:
+                entry = stored.get(i)
+                clash = entry is not None and any(
+                    admin[f"{level}_code"] and entry[f"{level}_code"] and admin[f"{level}_code"] != entry[f"{level}_code"]
+                    for level in ("city", "district")
+                )
+                if not clash:
+                    keep.append((i, fused))
+            out.append(keep)
+        return out
+
+    def _explain(self, normalized: list[str], results: list[list[dict]]) -> None:
+        """Per match, the element comparison: queries parsed in one batch, candidates' parses read
+        from the store (written by ``build``; parsed now for entries built before that existed)."""
+        from mgeo_index.text.parser import parse
+
+        stored = store.get_elements(self.engine, [m["id"] for matches in results for m in matches])
+        missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in stored})
+        fresh = dict(zip(missing, parse(missing)))
+        for query, matches in zip(parse(normalized), results):
+            for m in matches:
+                candidate = stored.get(m["id"]) or fresh[m["_normalized"]]
+                m["explain"] = features.explain_parsed(query, candidate)
 
     def _cosines(self, vector: np.ndarray, ids: list[int]) -> list[float | None]:
         """Dense cosine of the query with each candidate (stored vectors; None where FAISS cannot say)."""

@@ -169,6 +169,13 @@ def current_revision(url: str) -> str | None:
         engine.dispose()
 
 
+def alembic_head() -> str:
+    """The newest migration's revision id (what ``upgrade`` brings a database to)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
 # --------------------------------------------------------------------------- engine
 
 
@@ -463,6 +470,76 @@ def ids_by_normalized(engine: Engine, catalog_id: int, normalized: list[str]) ->
             )
             found.update({text: entry_id for text, entry_id in conn.execute(query)})
     return [found.get(text) for text in normalized]
+
+
+# --------------------------------------------------------------------------- parsed elements
+
+
+class EntryElements(Base):
+    """Parsed elements and admin codes of one entry (migration ``0004_elements``)."""
+
+    __tablename__ = "entry_elements"
+    __table_args__ = (
+        Index("ix_entry_elements_city_code", "city_code"),
+        Index("ix_entry_elements_district_code", "district_code"),
+    )
+
+    entry_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("entries.id", name="fk_entry_elements_entry_id", ondelete="CASCADE"), primary_key=True
+    )
+    elements: Mapped[list[Any]] = mapped_column(JSON, nullable=False)
+    admin: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    province_code: Mapped[str | None] = mapped_column(String(12))
+    city_code: Mapped[str | None] = mapped_column(String(12))
+    district_code: Mapped[str | None] = mapped_column(String(12))
+    town_code: Mapped[str | None] = mapped_column(String(12))
+    parser: Mapped[str] = mapped_column(String(64), nullable=False)
+
+
+def entries_without_elements(engine: Engine, catalog_id: int, batch_size: int = 5000) -> Iterator[list[dict[str, Any]]]:
+    """Batches of ``{"id", "normalized"}`` of the catalog's entries that have no parsed elements yet."""
+    last = -1
+    while True:
+        stmt = (
+            select(Entry.id, Entry.normalized)
+            .outerjoin(EntryElements, EntryElements.entry_id == Entry.id)
+            .where(Entry.catalog_id == catalog_id, Entry.id > last, EntryElements.entry_id.is_(None))
+            .order_by(Entry.id)
+            .limit(batch_size)
+        )
+        with engine.connect() as conn:
+            batch = [dict(r._mapping) for r in conn.execute(stmt)]
+        if not batch:
+            return
+        last = batch[-1]["id"]
+        yield batch
+
+
+def insert_elements(engine: Engine, rows: list[dict[str, Any]]) -> int:
+    """Store parsed rows ``{"entry_id", "elements", "admin", "parser"}`` (codes taken from admin)."""
+    params = [
+        {
+            "entry_id": r["entry_id"], "elements": r["elements"], "admin": r["admin"], "parser": r["parser"],
+            **{f"{k}_code": r["admin"].get(f"{k}_code") for k in ("province", "city", "district", "town")},
+        }
+        for r in rows
+    ]
+    if params:
+        with engine.begin() as conn:
+            conn.execute(EntryElements.__table__.insert(), params)
+    return len(params)
+
+
+def get_elements(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Parsed elements by entry id: ``{"elements", "admin", ...}``; entries not parsed are absent."""
+    wanted = list(dict.fromkeys(int(i) for i in ids))
+    out: dict[int, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(wanted), _IN_CHUNK):
+            stmt = select(EntryElements).where(EntryElements.entry_id.in_(wanted[i : i + _IN_CHUNK]))
+            for r in conn.execute(stmt):
+                out[r.entry_id] = dict(r._mapping)
+    return out
 
 
 # --------------------------------------------------------------------------- builds

@@ -142,3 +142,46 @@ def test_every_retrieval_mode_finds_the_variant(built):
         assert len(matches) == 3 and all(m["score"] is not None for m in matches)
     with pytest.raises(ValueError, match="retrieval must be one of"):
         resolver.resolve(["北京"], retrieval="magic")
+
+
+def test_build_stores_parsed_elements_and_admin_codes(built):
+    index_dir, result = built
+    assert result.entries_parsed == 300
+    engine = store.connect(settings.database_url(index_dir))
+    ids = store.entry_ids(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG)).tolist()
+    parsed = store.get_elements(engine, ids)
+    assert len(parsed) == 300
+    first = parsed[ids[0]]  # P0001 广东省深圳市南山区南山街道中山路75号东方科技园9号楼
+    assert (first["province_code"], first["city_code"], first["district_code"]) == ("440000", "440300", "440305")
+    assert {"label": "roadno", "text": "75号", "start": 16, "end": 19} in first["elements"]
+    # the catalog's own city column agrees with the parsed city for nearly every entry
+    entries = store.get_entries(engine, ids)
+    same = sum(parsed[i]["admin"]["city"] == entries[i]["extra"]["city"] for i in ids)
+    assert same >= 295
+    again = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
+    assert again.entries_parsed == 0  # parsed once; a re-run parses only entries without elements
+
+
+def test_explain_uses_parsed_elements_and_inferred_admin_levels(built):
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    (matches,) = resolver.resolve(["深圳南山中山路75号东方科技园9号楼"], top_k=3, explain=True)
+    best = matches[0]
+    assert best["source_id"] == "P0001"
+    rows = best["explain"]
+    assert rows["city"]["state"] == "agree" and rows["city"]["query"] == "深圳市"
+    assert rows["province"]["state"] == "agree" and "inferred for the query" in rows["province"]["text"]
+    assert rows["roadno"] == {"state": "agree", "query": "75号", "candidate": "75号", "text": "roadno agrees: 75号"}
+    assert rows["town"]["state"] == "only_b"  # 南山街道 is written only in the catalog entry
+
+
+def test_admin_filter_drops_candidates_in_another_city(built):
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    engine = store.connect(settings.database_url(index_dir))
+    query = "南京市鼓楼区中山路75号东方科技园9号楼"  # P0001's street and POI, but in another city
+    plain = resolver.resolve([query], top_k=10, rerank=False)[0]
+    filtered = resolver.resolve([query], top_k=10, rerank=False, admin_filter=True)[0]
+    cities = {i: e["city_code"] for i, e in store.get_elements(engine, [m["id"] for m in plain + filtered]).items()}
+    assert any(cities[m["id"]] not in (None, "320100") for m in plain)
+    assert filtered and all(cities[m["id"]] in (None, "320100") for m in filtered)

@@ -6,7 +6,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from mgeo_index import settings
+from mgeo_index import settings, store
 from mgeo_index.cli import app
 
 runner = CliRunner()
@@ -103,7 +103,7 @@ def test_match_requires_columns_a_and_b(tmp_path):
 
 def test_db_commands(tmp_path):
     assert "empty" in run("db", "current", "--index-dir", tmp_path).stdout
-    assert "0003_generations" in run("db", "upgrade", "--index-dir", tmp_path).stdout
+    assert store.alembic_head() in run("db", "upgrade", "--index-dir", tmp_path).stdout
     assert "None" in run("db", "downgrade", "base", "--index-dir", tmp_path).stdout
 
 
@@ -145,3 +145,17 @@ def test_bench_reports_ratios_and_latency(index_dir):
         assert report[part]["ratio"] > 0 and report[part]["n"] == 40 and report[part]["naive_n"] == 8
     assert report["encode"]["max_abs_diff"] < 1e-3  # padding to 64 one at a time gives the same vectors
     assert report["resolve"]["queries"] == 5 and 0 < report["resolve"]["p50_ms"] <= report["resolve"]["p99_ms"]
+
+
+def test_parse_json_and_table(tmp_path):
+    result = run("parse", "北京朝阳建国路八十八号三单元", "长春市朝阳区", "--json")
+    assert result.exit_code == 0, result.output
+    beijing, changchun = [json.loads(line) for line in result.stdout.splitlines()]
+    assert beijing["text"] == "北京朝阳建国路88号3单元"
+    assert (beijing["admin"]["province"], beijing["admin"]["district"], beijing["admin"]["district_code"]) == ("北京市", "朝阳区", "110105")
+    assert {"label": "roadno", "text": "88号", "start": 7, "end": 10} in beijing["elements"]
+    assert (changchun["admin"]["district_code"], changchun["admin"]["inferred"]) == ("220104", ["province"])
+    addresses = tmp_path / "addresses.txt"
+    addresses.write_text("海淀区中关村大街1号\n\n", encoding="utf-8")
+    table = run("parse", "--file", addresses)
+    assert table.exit_code == 0 and "北京市 (inferred)" in table.stdout and "110108" in table.stdout

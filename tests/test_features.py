@@ -1,7 +1,7 @@
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
-from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, extract_elements, pair_features, without_admin
+from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, explain_parsed, extract_elements, pair_features, without_admin
 
 
 def test_extracts_admin_road_number_building_poi():
@@ -20,11 +20,46 @@ def test_compare_uses_cores_of_elements():
     assert states["building"] == "differ"
 
 
-def test_explain_rows_say_what_differs():
-    rows = explain("二道街228号1号楼", "二七区二道街228号院2号楼")
-    assert rows["roadno"]["state"] == "agree"
+def _parsed(text, elements, **admin):
+    fields = {f"{k}{x}": None for k in ("province", "city", "district", "town") for x in ("", "_code")}
+    fields.update(inferred=[], ambiguous=[], lon=None, lat=None)
+    fields.update(admin)
+    out, pos = [], 0
+    for label, span in elements:
+        start = text.index(span, pos)
+        out.append({"label": label, "text": span, "start": start, "end": start + len(span)})
+        pos = start + len(span)
+    return {"text": text, "elements": out, "admin": fields}
+
+
+def test_explain_parsed_compares_admin_codes_inferred_levels_included():
+    q = _parsed("南山中山路75号1号楼", [("district", "南山"), ("road", "中山路"), ("roadno", "75号"), ("houseno", "1号楼")],
+                province="广东省", province_code="440000", city="深圳市", city_code="440300",
+                district="南山区", district_code="440305", inferred=["province", "city"])
+    c = _parsed("深圳市南山区中山路75号院2号楼东方科技园", [("city", "深圳市"), ("district", "南山区"), ("road", "中山路"),
+                                          ("roadno", "75号院"), ("houseno", "2号楼"), ("poi", "东方科技园")],
+                province="广东省", province_code="440000", city="深圳市", city_code="440300",
+                district="南山区", district_code="440305", inferred=["province"])
+    rows = explain_parsed(q, c)
+    assert list(rows) == ["province", "city", "district", "road", "roadno", "poi", "building"]
+    assert rows["city"] == {"state": "agree", "query": "深圳市", "candidate": "深圳市",
+                            "text": "city agrees: 深圳市 (inferred for the query)"}
+    assert rows["district"]["query"] == "南山区"  # the standard name, not the short form written
+    assert rows["roadno"]["state"] == "agree"  # 75号 ~ 75号院: the numbers
     assert rows["building"] == {"state": "differ", "query": "1号楼", "candidate": "2号楼", "text": "building differs: 1号楼 vs 2号楼"}
-    assert rows["district"]["state"] == "only_b"
+    assert rows["poi"]["state"] == "only_b"
+    other = _parsed("南京市鼓楼区中山路75号", [("city", "南京市"), ("district", "鼓楼区"), ("road", "中山路"), ("roadno", "75号")],
+                    province="江苏省", province_code="320000", city="南京市", city_code="320100",
+                    district="鼓楼区", district_code="320106", inferred=["province"])
+    assert explain_parsed(other, c)["city"]["state"] == "differ"
+    assert explain_parsed(other, c)["road"]["state"] == "agree"
+
+
+def test_explain_parses_both_addresses():
+    rows = explain("北京市朝阳区建国路88号3单元", "朝阳区建国路88号5单元")
+    assert rows["district"]["state"] == "agree" and rows["district"]["candidate"] == "朝阳区"
+    assert rows["roadno"]["state"] == "agree"
+    assert rows["unit"]["state"] == "differ"
 
 
 def test_identical_addresses_have_maximal_similarity():

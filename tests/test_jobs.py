@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from mgeo_index import settings, store
-from mgeo_index.jobs import JobError, Policy, decide, normalize_file
+from mgeo_index.jobs import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
 
 CHUNK, BATCH, TOP_K = 25, 10, 2
 VARIANT = "深圳南山中山路７５号东方科技园９号楼"  # P0001 without province/city, full-width digits
@@ -108,7 +108,8 @@ def test_every_row_once_in_order_with_rejects(index_dir, job_input, reference):
     got = _read_csv(out)
     assert [r["store_id"] for r in got] == [sid for sid, _ in rows]
     assert list(got[0]) == ["store_id", "address", "note", "status", "match_id", "match_address", "label",
-                            "probability", "alternatives", "reason"]
+                            "probability", "alternatives", "reason", "admin_province", "admin_province_code",
+                            "admin_city", "admin_city_code", "admin_district", "admin_district_code"]
     by_id = {r["store_id"]: r for r in got}
     assert "empty address" in by_id["S-empty"]["reason"]
     assert "no letters or digits" in by_id["S-punct"]["reason"]
@@ -124,6 +125,13 @@ def test_every_row_once_in_order_with_rejects(index_dir, job_input, reference):
         if r["status"] in ("matched", "ambiguous"):
             assert r["match_id"] == json.loads(r["alternatives"])[0]["id"]
     assert "P0001" in [a["id"] for a in json.loads(by_id["S-variant"]["alternatives"])]
+    # standardized admin levels of the input address; 深圳南山… names neither 广东省 nor 深圳市 in full
+    variant = by_id["S-variant"]
+    assert (variant["admin_province"], variant["admin_province_code"]) == ("广东省", "440000")
+    assert (variant["admin_city_code"], variant["admin_district"], variant["admin_district_code"]) == ("440300", "南山区", "440305")
+    assert by_id["S-empty"]["admin_province"] == ""
+    full = [r for r in got if r["address"].startswith("广东省深圳市")]
+    assert full and all(r["admin_city_code"] == "440300" for r in full)
 
     assert result.rows == len(rows) and result.counts["rejected"] == 3
     assert sum(result.counts.values()) == len(rows)
@@ -267,7 +275,7 @@ def test_parquet_in_and_out_keeps_types(index_dir, tmp_path):
     result = normalize_file(src, out, index_dir, device="cpu", top_k=1, chunk_size=3)
     got = pq.read_table(out)
     assert got.column_names == ["shop", "地址", "status", "match_id", "match_address", "label", "probability",
-                                "alternatives", "reason"]
+                                "alternatives", "reason", *ADMIN_COLUMNS]
     assert got.schema.field("shop").type == pa.int64() and got.schema.field("probability").type == pa.float64()
     assert got.column("shop").to_pylist() == list(range(10))
     status = got.column("status").to_pylist()

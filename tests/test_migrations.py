@@ -10,7 +10,9 @@ from sqlalchemy import create_engine, inspect
 
 from mgeo_index import store
 
-TABLES = {"catalogs", "entries", "builds", "jobs", "job_checkpoints", "generations"}
+TABLES = {"catalogs", "entries", "builds", "jobs", "job_checkpoints", "generations", "entry_elements"}
+# The newest revision; every revision chains onto it (one head).
+HEAD = ScriptDirectory.from_config(store.alembic_config("sqlite://")).get_current_head()
 
 
 @pytest.fixture()
@@ -38,7 +40,8 @@ def _schema_drift(url: str) -> list:
 
 def test_single_linear_head() -> None:
     script = ScriptDirectory.from_config(store.alembic_config("sqlite://"))
-    assert script.get_heads() == ["0003_generations"]
+    assert script.get_heads() == [HEAD]
+    assert [r.revision for r in script.walk_revisions()][-4:] == ["0004_elements", "0003_generations", "0002", "0001"]
     assert (store.migrations_dir() / "env.py").is_file()
 
 
@@ -53,11 +56,11 @@ def _lifecycle(url: str) -> None:
 
     store.upgrade(url)
     assert TABLES <= _tables(url)
-    assert store.current_revision(url) == "0003_generations"
+    assert store.current_revision(url) == HEAD
     assert _schema_drift(url) == []
 
     store.upgrade(url)  # idempotent: nothing pending, nothing changes
-    assert store.current_revision(url) == "0003_generations"
+    assert store.current_revision(url) == HEAD
     assert TABLES <= _tables(url)
 
     store.downgrade(url, "base")
@@ -96,7 +99,7 @@ def test_connect_migrates_new_sqlite_file(tmp_path) -> None:
     engine = store.connect(url)
     try:
         assert db.exists()
-        assert store.current_revision(url) == "0003_generations"
+        assert store.current_revision(url) == HEAD
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one().lower() == "wal"
@@ -104,7 +107,7 @@ def test_connect_migrates_new_sqlite_file(tmp_path) -> None:
         engine.dispose()
     # Connecting again to an up-to-date database is a no-op.
     store.connect(url).dispose()
-    assert store.current_revision(url) == "0003_generations"
+    assert store.current_revision(url) == HEAD
 
 
 def test_offline_sql_generation(capsys) -> None:
@@ -122,7 +125,7 @@ def test_postgresql_upgrade_downgrade(pg_url: str) -> None:
 def test_postgresql_connect(pg_url: str) -> None:
     engine = store.connect(pg_url)
     try:
-        assert store.current_revision(pg_url) == "0003_generations"
+        assert store.current_revision(pg_url) == HEAD
         assert TABLES <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()

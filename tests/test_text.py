@@ -1,6 +1,13 @@
-from hypothesis import given, strategies as st
+import re
+
+import pytest
+from hypothesis import assume, given, settings as hsettings, strategies as st
 
 from mgeo_index.text import normalize
+from mgeo_index.text.normalize import basic
+from mgeo_index.text.numerals import NUMERAL_CHARS, chinese_to_int
+
+PHONE_LIKE = re.compile(r"1[3-9][0-9]{9}|0[0-9]{2,3}-[0-9]{7,8}")
 
 
 def test_full_width_case_spaces_and_noise():
@@ -9,12 +16,70 @@ def test_full_width_case_spaces_and_noise():
     assert normalize("a\x00b\tc") == "abc"
 
 
+def test_traditional_to_simplified():
+    assert normalize("廣東省深圳市南山區科技園") == "广东省深圳市南山区科技园"
+    assert normalize("臺北市中山區南京東路三段") == "台北市中山区南京东路三段"
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("建国路八十八号", "建国路88号"),
+    ("三单元十二楼二〇一室", "3单元12楼201室"),
+    ("一百零五号", "105号"),
+    ("两栋", "2栋"),
+    ("十号楼", "10号楼"),
+    ("二十三层", "23层"),
+])
+def test_numerals_in_house_building_unit_floor_room_numbers(raw, expected):
+    assert normalize(raw) == expected
+
+
+@pytest.mark.parametrize("name", ["五一路", "十里河", "地铁一号线", "三元里", "一号路", "九龙城", "三四十号"])
+def test_numerals_that_are_names_stay(name):
+    assert normalize(name) == name
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("丁集村(电联)", "丁集村"),
+    ("科技园(收件人张三)", "科技园"),
+    ("科技园（联系电话：13812345678）", "科技园"),
+    ("科技园(东门)", "科技园(东门)"),  # a sub-location, not a note
+    ("电话: 138 1234 5678 广州天河区", "广州天河区"),
+    ("南山区0755-26551234科技园", "南山区科技园"),
+    ("1号楼1301室", "1号楼1301室"),  # numbers that are not phones stay
+])
+def test_notes_and_phone_numbers_removed(raw, expected):
+    assert normalize(raw) == expected
+
+
+def test_numerals_split_by_spaces_are_one_number():
+    assert normalize("〇 八栋") == normalize("〇八栋") == "8栋"
+
+
+def test_chinese_numerals():
+    assert [chinese_to_int(x) for x in ("三", "十", "十二", "八十八", "一百零五", "二〇一", "两千零三")] == [3, 10, 12, 88, 105, 201, 2003]
+    for bad in ("", "三四十", "十百", "abc"):
+        with pytest.raises(ValueError):
+            chinese_to_int(bad)
+
+
 @given(st.text(max_size=60))
 def test_idempotent(text):
     once = normalize(text)
     assert normalize(once) == once
 
 
+ADDRESS_ALPHABET = "北京朝阳區建國路0123456789号楼栋单元室层abc-#()（）电联收件人 ，" + NUMERAL_CHARS
+
+
+@given(st.text(alphabet=st.sampled_from(ADDRESS_ALPHABET), max_size=40))
+@hsettings(max_examples=1000)
+def test_idempotent_on_address_like_text(text):
+    once = normalize(text)
+    assert normalize(once) == once
+    assert normalize(basic(text)) == once  # earlier normalization is subsumed
+
+
 @given(st.text(alphabet=st.sampled_from("北京朝阳区建国路0123456789号楼栋单元室abc-#"), max_size=40))
 def test_keeps_every_address_character(text):
+    assume(not PHONE_LIKE.search(text))
     assert normalize(text) == text.lower()

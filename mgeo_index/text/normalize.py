@@ -1,0 +1,114 @@
+"""Text normalization applied before every encode, index, parse and comparison.
+
+Idempotent (normalize(normalize(x)) == normalize(x)) and conservative: it never drops what
+distinguishes two addresses (numbers, letters, CJK). Steps, repeated until nothing changes:
+
+1. NFKC (full-width → half-width), lowercase, control characters removed;
+2. traditional → simplified Chinese (OpenCC ``t2s``, only for characters outside GB2312);
+3. phone numbers removed (mobile ``1[3-9]`` + 9 digits, landline ``0AA(A)-NNNNNNN(N)``), with a
+   label directly before them (电话, 手机, tel);
+4. parenthesized notes that are not address parts removed: ``(电联)``, ``(收件人张三)``, ``(联系…)``;
+5. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
+   stay: they separate numbers such as 3-2-501, 7#, 12/f and mark sub-locations);
+6. Chinese numerals written as house / building / unit / floor / room numbers turned into digits
+   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼); other numerals (五一路, 十里河, 一号线) stay.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+from mgeo_index.text.numerals import NUMERAL_CHARS, chinese_to_int
+
+_SPACE = re.compile(r"\s+")
+_NOISE = re.compile(r"[\"'`~!！@$%^&*_=+|\\;:；：,，。、?？<>《》「」『』【】\[\]{}·…]+")
+# Control characters, and lone surrogates (from JSON "\ud800" escapes or undecodable command-line bytes),
+# which no encoder or tokenizer accepts.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_PHONE = re.compile(
+    r"(?:(?:联系|收件人|收货人)?(?:电话|手机|tel|phone)(?:号码?)?[:：]?\s*)?"
+    r"(?<![0-9])(?:\+?86-?)?(?:1[3-9][0-9](?:[- ]?[0-9]{4}){2}|0[0-9]{2,3}-[0-9]{7,8})(?![0-9])"
+)
+# A parenthesized note: a contact instruction or a person, never an address part.
+_NOTE = re.compile(r"\((?:[^()]*?(?:电联|联系|收件人|收货人|电话|手机|快递|送货|签收|到付))[^()]*\)|\(\s*\)")
+# Chinese numerals directly before a house / building / unit / floor / room suffix; not before
+# 号线 (metro lines) or 号路/号街/号大道 (roads named by number), which are names.
+_NUMBERED = re.compile(
+    rf"(?<![{NUMERAL_CHARS}])([{NUMERAL_CHARS}]{{1,6}})"
+    r"(?=号(?!线|路|街|大道)|栋|幢|座|单元|层|楼|室|户|弄(?![0-9]))"
+)
+
+
+@lru_cache(maxsize=1)
+def _t2s():
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+@lru_cache(maxsize=65536)
+def _is_simplified(char: str) -> bool:
+    """In GB2312, the simplified-Chinese character set (乾, 昇 are; 廣, 區, 輋 are not)."""
+    try:
+        char.encode("gb2312")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def to_simplified(text: str) -> str:
+    """Traditional → simplified (OpenCC t2s), keeping every character that is already simplified:
+    a converted character is taken only when the original is outside GB2312 and the result is in
+    it, so names such as 乾清路 or 樟輋村 are not rewritten into other words or rarer characters."""
+    if text.isascii():
+        return text
+    converted = _t2s().convert(text)
+    if converted == text:
+        return text
+    if len(converted) != len(text):  # a phrase changed length: convert character by character
+        converted = "".join(_t2s().convert(c) if len(_t2s().convert(c)) == 1 else c for c in text)
+    return "".join(
+        new if new != old and not _is_simplified(old) and _is_simplified(new) else old
+        for old, new in zip(text, converted)
+    )
+
+
+def basic(text: str) -> str:
+    """The first normalization (NFKC, lowercase, noise punctuation and spaces only)."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = _CONTROL.sub("", text)
+    text = _NOISE.sub("", text)
+    return _SPACE.sub("", text)
+
+
+def _numeral(match: re.Match) -> str:
+    try:
+        return str(chinese_to_int(match.group(1)))
+    except ValueError:
+        return match.group(1)
+
+
+def normalize(text: str) -> str:
+    """Normalized address text (see the module docstring for the steps)."""
+    # Each step can expose work for another (a space inside a phone number, a note emptied by a
+    # removed phone), so repeat until nothing changes: that is what makes it idempotent.
+    for _ in range(6):
+        before = text
+        text = unicodedata.normalize("NFKC", text).lower()
+        text = _CONTROL.sub("", text)
+        text = to_simplified(text)
+        text = _PHONE.sub("", text)
+        text = _NOTE.sub("", text)
+        text = _NOISE.sub("", text)
+        text = _SPACE.sub("", text)
+        text = _NUMBERED.sub(_numeral, text)  # after the spaces: 〇 八栋 is one number
+        if text == before:
+            break
+    return text
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD, so it can be written as UTF-8 (echoing input)."""
+    return _SURROGATE.sub("\ufffd", text)

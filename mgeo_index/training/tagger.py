@@ -1,0 +1,199 @@
+"""Training and evaluation of the element tagger (mgeo_index.text.tagger) on the shared tagged addresses.
+
+Examples: ``catalog/tagged_addresses_*.jsonl.gz``; each element span is normalized on its own
+(so the text is what ``normalize`` produces and labels stay aligned), case variants of a label are
+merged (devZone → devzone). Split by a fixed hash of the normalized text: bucket 0 of 10 → ``test``
+(held out, reported), bucket 1 → ``dev`` (picks the best epoch), the rest → ``train``.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from mgeo_index.text.normalize import normalize
+from mgeo_index.text.tagger import Tagger, TaggerConfig, spans_from_tags, tags_from_spans
+from mgeo_index.training.data import tagged_addresses
+
+Example = tuple[str, list[tuple[str, int, int]]]  # (text, [(label, start, end)])
+
+
+def split_of_text(text: str) -> str:
+    bucket = int(hashlib.md5(text.encode()).hexdigest(), 16) % 10
+    return "test" if bucket == 0 else "dev" if bucket == 1 else "train"
+
+
+def to_example(row: dict) -> Example | None:
+    """Normalized text and spans of one tagged row; None when the elements do not spell the text."""
+    elements = row.get("elements") or []
+    if "".join(span for _, span in elements) != row["text"]:
+        return None  # a few rows lost digits from the text but not from the elements
+    text, spans = "", []
+    for label, span in elements:
+        span = normalize(span)
+        if span:
+            spans.append((label.lower(), len(text), len(text) + len(span)))
+            text += span
+    return (text, spans) if text else None
+
+
+def load_examples(data_dir: Path) -> dict[str, list[Example]]:
+    out: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
+    seen = set()
+    for row in tagged_addresses(data_dir):
+        example = to_example(row)
+        if example and example[0] not in seen:
+            seen.add(example[0])
+            out[split_of_text(example[0])].append(example)
+    return out
+
+
+def entity_scores(gold: list[list[tuple]], pred: list[list[tuple]], ignore: tuple[str, ...] = ("redundant",)) -> dict:
+    """Entity-level micro precision / recall / F1 (exact span and label), and F1 per label."""
+    tp, n_gold, n_pred = Counter(), Counter(), Counter()
+    for g, p in zip(gold, pred):
+        g = {s for s in g if s[0] not in ignore}
+        p = {s for s in p if s[0] not in ignore}
+        for s in g:
+            n_gold[s[0]] += 1
+        for s in p:
+            n_pred[s[0]] += 1
+        for s in g & p:
+            tp[s[0]] += 1
+
+    def f1(t, ng, np_):
+        prec, rec = (t / np_ if np_ else 0.0), (t / ng if ng else 0.0)
+        return prec, rec, (2 * prec * rec / (prec + rec) if prec + rec else 0.0)
+
+    prec, rec, micro = f1(sum(tp.values()), sum(n_gold.values()), sum(n_pred.values()))
+    return {
+        "precision": prec, "recall": rec, "f1": micro, "entities": sum(n_gold.values()),
+        "per_label": {k: round(f1(tp[k], n_gold[k], n_pred[k])[2], 4) for k in sorted(n_gold)},
+    }
+
+
+def evaluate(model: Tagger, examples: list[Example], batch_size: int = 512) -> dict:
+    model.eval()
+    pred = []
+    for i in range(0, len(examples), batch_size):
+        pred += model.tag([t for t, _ in examples[i : i + batch_size]])
+    gold = [spans for _, spans in examples]
+    return {"without_redundant": entity_scores(gold, pred), "all_labels": entity_scores(gold, pred, ignore=())}
+
+
+def _batches(examples: list[Example], size: int, rng: random.Random):
+    """Length-bucketed shuffled batches: sort chunks of 50 batches by length, shuffle the batches."""
+    order = examples[:]
+    rng.shuffle(order)
+    batches = []
+    for i in range(0, len(order), size * 50):
+        chunk = sorted(order[i : i + size * 50], key=lambda e: len(e[0]))
+        batches += [chunk[j : j + size] for j in range(0, len(chunk), size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: int = 0, log=print) -> dict:
+    """Train within a wall-clock budget, keep the best dev epoch, save to out_dir, report test scores."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    data = load_examples(data_dir)
+    counts = Counter(c for text, _ in data["train"] for c in text)
+    chars = [c for c, n in counts.most_common() if n >= 2]
+    labels = sorted({s[0] for _, spans in data["train"] for s in spans})
+    cfg = TaggerConfig(chars=chars, labels=labels)
+    model = Tagger(cfg)
+    tag_id = {t: i for i, t in enumerate(cfg.tags)}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
+    log(f"examples: " + ", ".join(f"{k} {len(v)}" for k, v in data.items()) + f"; chars {len(chars)}, labels {len(labels)}")
+    start, epoch, best, best_state = time.time(), 0, -1.0, None
+    total_steps = None
+    step = 0
+    while time.time() - start < minutes * 60:
+        epoch += 1
+        model.train()
+        for batch in _batches(data["train"], 128, rng):
+            ids, mask = model.encode([t for t, _ in batch])
+            tags = torch.zeros_like(ids)
+            for row, (text, spans) in enumerate(batch):
+                tags[row, : len(text)] = torch.tensor([tag_id[t] for t in tags_from_spans(len(text), spans)][: ids.shape[1]])
+            frac = min((time.time() - start) / (minutes * 60), 1.0)
+            for group in opt.param_groups:
+                group["lr"] = 3e-3 * max(0.05, 1 - frac)  # linear decay over the time budget
+            loss = model.loss(ids, mask, tags)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            step += 1
+            if time.time() - start > minutes * 60:
+                break
+        dev = evaluate(model, data["dev"])["without_redundant"]["f1"]
+        log(f"epoch {epoch} step {step} loss {loss.item():.3f} dev F1 {dev:.4f} ({time.time() - start:.0f}s)")
+        if dev > best:
+            best, best_state = dev, {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    test = evaluate(model, data["test"])
+    cfg.metrics = {
+        "split": "md5(normalized text) % 10: 0 test, 1 dev, else train",
+        "examples": {k: len(v) for k, v in data.items()},
+        "epochs": epoch, "steps": step, "minutes": round((time.time() - start) / 60, 1),
+        "dev_f1": round(best, 4),
+        "test_f1": round(test["without_redundant"]["f1"], 4),
+        "test_f1_all_labels": round(test["all_labels"]["f1"], 4),
+        "test_per_label": test["without_redundant"]["per_label"],
+    }
+    model.save(out_dir)
+    return cfg.metrics
+
+
+ADMIN_LABELS = {"prov": 1, "city": 2, "district": 3, "town": 4}
+LEVEL_KEYS = {1: "province", 2: "city", 3: "district"}
+
+
+def admin_accuracy(examples: list[Example], parse_fn, gazetteer) -> dict:
+    """Province / city / district resolution accuracy against the gold admin spans.
+
+    Gold: the gazetteer's chain for the gold prov/city/district/town spans (examples whose gold is
+    ambiguous or unresolved are left out and counted). ``explicit``: levels written in the address,
+    parsed from the full text. ``inferred_from_district``: the province and city spans removed from
+    the text (addresses that start at the district), so both must be inferred.
+    ``inferred_from_town``: province, city and district removed (addresses that start at the
+    town / street), so all three must be inferred from the town name.
+    """
+    scenarios = {
+        "explicit": (set(), None),
+        "inferred_from_district": ({"prov", "city"}, 3),
+        "inferred_from_town": ({"prov", "city", "district"}, 4),
+    }
+    counts = {name: {k: [0, 0] for k in LEVEL_KEYS.values()} for name in scenarios}
+    skipped = 0
+    gold_rows = []
+    for text, spans in examples:
+        mentions = [(text[s:e], ADMIN_LABELS[lab]) for lab, s, e in spans if lab in ADMIN_LABELS]
+        gold = gazetteer.resolve(mentions)
+        if not mentions or gold["ambiguous"] or not gold["province_code"]:
+            skipped += 1
+            continue
+        gold_rows.append((text, spans, gold, {ADMIN_LABELS[lab] for lab, _, _ in spans if lab in ADMIN_LABELS}))
+    for name, (drop, needs) in scenarios.items():
+        rows = [r for r in gold_rows if needs is None or needs in r[3]]
+        texts = ["".join(text[s:e] for lab, s, e in spans if lab not in drop) for text, spans, _, _ in rows]
+        for (_, _, gold, present), parsed in zip(rows, parse_fn(texts)):
+            for level, key in LEVEL_KEYS.items():
+                asked = level in present if name == "explicit" else level < needs
+                if asked and gold[f"{key}_code"] is not None:
+                    counts[name][key][0] += parsed["admin"][f"{key}_code"] == gold[f"{key}_code"]
+                    counts[name][key][1] += 1
+    report: dict = {"evaluated": len(gold_rows), "skipped_gold_unresolved": skipped}
+    for name, levels in counts.items():
+        correct, total = sum(c for c, _ in levels.values()), sum(n for _, n in levels.values())
+        report[name] = {
+            "all": round(correct / total, 4) if total else None,
+            **{k: {"accuracy": round(c / n, 4) if n else None, "n": n} for k, (c, n) in levels.items()},
+        }
+    return report

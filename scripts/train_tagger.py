@@ -1,0 +1,20 @@
+"""Train the element tagger shipped in mgeo_index/text/tagger/ from ../shared/data (about 15 minutes).
+
+Example: OMP_NUM_THREADS=1 .venv/bin/python scripts/train_tagger.py --data ../shared/data --minutes 15
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mgeo_index.text.tagger import DEFAULT_DIR
+from mgeo_index.training.tagger import train_tagger
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+parser.add_argument("--out", type=Path, default=DEFAULT_DIR)
+parser.add_argument("--minutes", type=float, default=15.0)
+args = parser.parse_args()
+metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True))
+print(json.dumps(metrics, ensure_ascii=False, indent=1))
