@@ -28,6 +28,9 @@ def test_traditional_to_simplified():
     ("两栋", "2栋"),
     ("十号楼", "10号楼"),
     ("二十三层", "23层"),
+    ("光雅园七巷11号", "光雅园7巷11号"),  # lanes and phases are numbered too (Shenzhen writes both forms)
+    ("水斗新村十三巷7号", "水斗新村13巷7号"),
+    ("鹏兴花园六期", "鹏兴花园6期"),
 ])
 def test_numerals_in_house_building_unit_floor_room_numbers(raw, expected):
     assert normalize(raw) == expected

@@ -11,7 +11,7 @@ distinguishes two addresses (numbers, letters, CJK). Steps, repeated until nothi
 5. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
    stay: they separate numbers such as 3-2-501, 7#, 12/f and mark sub-locations);
 6. Chinese numerals written as house / building / unit / floor / room numbers turned into digits
-   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼); other numerals (五一路, 十里河, 一号线) stay.
+   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼, 七巷 → 7巷, 六期 → 6期); other numerals (五一路, 十里河, 一号线) stay.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ _NOTE = re.compile(r"\((?:[^()]*?(?:电联|联系|收件人|收货人|电话|手
 # 号线 (metro lines) or 号路/号街/号大道 (roads named by number), which are names.
 _NUMBERED = re.compile(
     rf"(?<![{NUMERAL_CHARS}])([{NUMERAL_CHARS}]{{1,6}})"
-    r"(?=号(?!线|路|街|大道)|栋|幢|座|单元|层|楼|室|户|弄(?![0-9]))"
+    r"(?=号(?!线|路|街|大道)|栋|幢|座|单元|层|楼|室|户|巷|期|弄(?![0-9]))"
 )
 
 
