@@ -11,7 +11,7 @@ its FAISS vector id, so ids are never reused (``AUTOINCREMENT`` on SQLite).
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -398,6 +398,21 @@ def entry_ids(engine: Engine, catalog_id: int) -> np.ndarray:
         return np.fromiter(result, dtype=np.int64)
 
 
+def _keyset_batches(engine: Engine, select_after: Callable[[int], Any], batch_size: int) -> Iterator[list[dict[str, Any]]]:
+    """Batches of the rows of ``select_after(last_id)`` (a select ordered by ``id``), by keyset pagination:
+    each query is cheap and no connection is held between batches."""
+    last = -1
+    while True:
+        with engine.connect() as conn:
+            batch = [dict(r._mapping) for r in conn.execute(select_after(last).limit(batch_size))]
+        if not batch:
+            return
+        last = batch[-1]["id"]
+        yield batch
+        if len(batch) < batch_size:
+            return
+
+
 def iter_entries(
     engine: Engine, catalog_id: int, ids: Iterable[int] | None = None, batch_size: int = 5000
 ) -> Iterator[list[dict[str, Any]]]:
@@ -408,22 +423,13 @@ def iter_entries(
     """
     columns = (Entry.id, Entry.address, Entry.normalized)
     if ids is None:
-        last = -1
-        while True:
-            stmt = (
-                select(*columns)
-                .where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.id > last)
-                .order_by(Entry.id)
-                .limit(batch_size)
-            )
-            with engine.connect() as conn:
-                batch = [dict(r._mapping) for r in conn.execute(stmt)]
-            if not batch:
-                return
-            last = batch[-1]["id"]
-            yield batch
-            if len(batch) < batch_size:
-                return
+        yield from _keyset_batches(
+            engine,
+            lambda last: select(*columns)
+            .where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.id > last)
+            .order_by(Entry.id),
+            batch_size,
+        )
     else:
         wanted = sorted({int(i) for i in ids})
         step = min(batch_size, _IN_CHUNK)
@@ -497,22 +503,16 @@ class EntryElements(Base):
 
 
 def entries_without_elements(engine: Engine, catalog_id: int, batch_size: int = 5000) -> Iterator[list[dict[str, Any]]]:
-    """Batches of ``{"id", "normalized"}`` of the catalog's entries that have no parsed elements yet."""
-    last = -1
-    while True:
-        stmt = (
-            select(Entry.id, Entry.normalized)
-            .outerjoin(EntryElements, EntryElements.entry_id == Entry.id)
-            .where(Entry.catalog_id == catalog_id, Entry.id > last, EntryElements.entry_id.is_(None))
-            .order_by(Entry.id)
-            .limit(batch_size)
-        )
-        with engine.connect() as conn:
-            batch = [dict(r._mapping) for r in conn.execute(stmt)]
-        if not batch:
-            return
-        last = batch[-1]["id"]
-        yield batch
+    """Batches of ``{"id", "normalized"}`` of the catalog's live entries that have no parsed elements yet."""
+    yield from _keyset_batches(
+        engine,
+        lambda last: select(Entry.id, Entry.normalized)
+        .outerjoin(EntryElements, EntryElements.entry_id == Entry.id)
+        .where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.id > last,
+               EntryElements.entry_id.is_(None))
+        .order_by(Entry.id),
+        batch_size,
+    )
 
 
 def insert_elements(engine: Engine, rows: list[dict[str, Any]]) -> int:
