@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import engine, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import backends, engine, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.catalog import Reject, read_catalog, write_rejects
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import normalize
@@ -112,6 +112,7 @@ def build(
     factory: str = settings.DEFAULT_INDEX_FACTORY,
     model: BiEncoder | str | Path | None = None,
     device: str | None = None,
+    backend: str | None = None,
     chunk_size: int = 5000,
     on_progress: Progress | None = None,
 ) -> BuildResult:
@@ -124,6 +125,8 @@ def build(
     bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
     device = settings.device(device)
     bi.to(device)
+    if backend is not None or getattr(bi, "backend", None) is None:  # a model passed in keeps its backend
+        backends.apply(bi, backend, device=device)
     faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     reader = read_catalog(
         catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2, chunk_size=chunk_size
@@ -157,13 +160,16 @@ def build(
         all_ids = store.entry_ids(engine_, catalog_id)
         missing = np.setdiff1d(all_ids, faiss_index.index_ids(index), assume_unique=True)
         progress("encode", 0, len(missing))
-        vectors, ids = [], []
+        # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
+        vectors, ids, done = np.empty((len(missing), bi.dim), dtype=np.float32), np.empty(len(missing), np.int64), 0
         for batch in store.iter_entries(engine_, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
-            vectors.append(engine.encode(bi, [e["normalized"] for e in batch], device=device,
-                                         on_batch=lambda n: progress("encode", n, len(missing))))
-            ids.append(np.fromiter((e["id"] for e in batch), dtype=np.int64, count=len(batch)))
-        if ids:
-            faiss_index.add(index, np.concatenate(vectors), np.concatenate(ids))
+            vectors[done : done + len(batch)] = engine.encode(bi, [e["normalized"] for e in batch], device=device,
+                                                              on_batch=lambda n: progress("encode", n, len(missing)))
+            ids[done : done + len(batch)] = [e["id"] for e in batch]
+            done += len(batch)
+        if done:
+            faiss_index.add(index, vectors[:done], ids[:done])
+        del vectors  # the index holds its own copy
         timings["encode"] = time.perf_counter() - t0
 
         # 3. the character n-gram index for hybrid retrieval, over every entry (cheap: seconds)

@@ -77,7 +77,9 @@ def _run(
     on_batch: Callable[[int], None] | None,
 ) -> np.ndarray:
     device = str(device or next(module.parameters()).device)
-    precision = precision or default_precision(device)
+    precision = precision or getattr(module, "precision", None) or default_precision(device)
+    runner = getattr(module, "runner", None)  # set by backends.apply (ONNX Runtime, int8, compiled…)
+    runner = module if runner is None else runner
     cuda = device.startswith("cuda")
     n = len(first)
     lengths = [len(a) + (len(second[i]) if second is not None else 0) + 3 for i, a in enumerate(first)]
@@ -108,7 +110,7 @@ def _run(
                 torch.cuda.current_stream().wait_stream(copy_stream)
                 for tensor in inputs.values():  # allocated on the copy stream, used on this one
                     tensor.record_stream(torch.cuda.current_stream())
-            result = postprocess(module(**inputs))
+            result = postprocess(runner(**inputs))
             # tokenize + upload the next batch while this one runs on the GPU
             pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
             if cuda:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import build as build_mod, engine, features, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import backends, build as build_mod, engine, features, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
@@ -145,6 +145,7 @@ def open_resolver(
     cross_model: str | Path | None = None,
     device: str | None = None,
     rerank: bool = True,
+    backend: str | None = None,
 ) -> Resolver:
     """Load an index directory; refuses a query model other than the one that built the index."""
     manifest = build_mod.read_manifest(index_dir)
@@ -160,6 +161,9 @@ def open_resolver(
             f"--model {recorded} or rebuild the index with this model."
         )
     cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device) if rerank else None
+    backends.apply(bi, backend, device=device)  # --backend > MGEO_INDEX_BACKEND > settings.DEFAULT_CPU_BACKEND
+    if cross is not None:
+        backends.apply(cross, backend, device=device)
     index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
     faiss_index.set_search_params(index, nprobe=16, ef_search=128)
     eng = store.connect(settings.database_url(index_dir, db))
