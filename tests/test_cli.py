@@ -156,3 +156,17 @@ def test_bench_reports_ratios_and_latency(index_dir):
 def test_bench_refuses_an_unknown_backend():
     result = run("bench", "--limit", "10", "--backends", "torch,tensorrt")
     assert result.exit_code == 1 and "tensorrt" in result.output
+
+
+def test_backend_option_is_validated_and_used(index_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MGEO_INDEX_CACHE", str(tmp_path / "cache"))
+    result = run("resolve", "深圳南山中山路75号", "--index-dir", index_dir, "--backend", "tensorrt")
+    assert result.exit_code == 1 and "torch, bf16, compile, int8, onnx" in result.output
+    plain = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "3")
+    fast = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "3", "--backend", "onnx")
+    assert fast.exit_code == 0, fast.output
+    ours, theirs = json.loads(plain.stdout)["matches"], json.loads(fast.stdout)["matches"]
+    assert [m["id"] for m in ours] == [m["id"] for m in theirs]  # ONNX Runtime computes what torch computes
+    assert abs(ours[0]["probability"] - theirs[0]["probability"]) < 1e-4
+    result = run("normalize", tmp_path / "in.csv", "--out", tmp_path / "out.csv", "--index-dir", index_dir, "--backend", "gpu")
+    assert result.exit_code == 2 and "--backend must be one of" in result.output
