@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,10 @@ def _quantized(model: torch.nn.Module) -> torch.nn.Module:
     from torch.ao.quantization import quantize_dynamic
 
     model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
-    return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8).eval()
+    with warnings.catch_warnings():  # torch 2.13 announces torch.ao's move to torchao on every call
+        warnings.simplefilter("ignore", category=UserWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8).eval()
 
 
 def onnx_path(model) -> Path:
@@ -89,7 +93,8 @@ def export_onnx(model) -> Path:
     axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
     axes["output"] = {0: "batch"}
     try:
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer notes about HF's Python-side checks; the tests compare outputs
             torch.onnx.export(
                 _Exportable(model).eval(), args, str(tmp), input_names=list(_INPUTS), output_names=["output"],
                 dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
