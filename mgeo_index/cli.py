@@ -54,7 +54,7 @@ def friendly_errors() -> Iterator[None]:
 
     try:
         yield
-    except (CatalogError, ModelError, ModelMismatch, FileNotFoundError, ValueError) as exc:
+    except (CatalogError, ModelError, ModelMismatch, FileNotFoundError, ValueError, ImportError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
 
