@@ -5,7 +5,7 @@ sets ``model.runner``, the callable :mod:`mgeo_index.engine` calls with each bat
 ``model.precision``, the engine's default precision for it:
 
 - ``torch``: the module itself, FP32 (the reference);
-- ``bf16``: the module under bfloat16 autocast (CPUs with AVX512-BF16/AMX run it 2–3× faster);
+- ``bf16``: the module under bfloat16 autocast (AVX512-BF16/AMX CPUs: 1.8× FP32 on this machine);
 - ``compile``: ``torch.compile(dynamic=True)`` (Inductor; compiles on the first batches);
 - ``int8``: dynamic int8 quantization of the Linear layers (``torch.ao.quantization.quantize_dynamic``);
 - ``onnx``: ONNX Runtime on a graph exported with dynamic batch and sequence axes, cached in
