@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import generations, index as faiss_index, settings, store
+from mgeo_index import backends, generations, index as faiss_index, settings, store
 from mgeo_index.catalog import Reject, read_catalog, write_rejects
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -106,6 +106,7 @@ def build(
     factory: str = settings.DEFAULT_INDEX_FACTORY,
     model: BiEncoder | str | Path | None = None,
     device: str | None = None,
+    backend: str | None = None,
     chunk_size: int = 5000,
     parse_elements: bool = True,
     on_progress: Progress | None = None,
@@ -119,11 +120,11 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             chunk_size, on_progress, kind, parse_elements)
+                             backend, chunk_size, on_progress, kind, parse_elements)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  chunk_size, on_progress, kind, parse_elements) -> BuildResult:
+                  backend, chunk_size, on_progress, kind, parse_elements) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -131,6 +132,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
     device = settings.device(device)
     bi.to(device)
+    if backend is not None or getattr(bi, "backend", None) is None:  # a model passed in keeps its backend
+        backends.apply(bi, backend, device=device)
     faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     reader = read_catalog(
         catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2, chunk_size=chunk_size

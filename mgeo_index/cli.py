@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ Db = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of the stor
 Model = Annotated[Path | None, typer.Option("--model", help="Bi-encoder directory [env MGEO_INDEX_MODEL; default: the bundled model].")]
 CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-encoder directory [env MGEO_INDEX_CROSS_MODEL; default: bundled].")]
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … [env MGEO_INDEX_DEVICE; default: cuda when available].")]
+BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")  # backends.BACKENDS, without importing torch for --help
+Backend = Annotated[str | None, typer.Option("--backend", help="CPU inference backend: torch, bf16, compile, int8 or onnx [env MGEO_INDEX_BACKEND; default: settings.DEFAULT_CPU_BACKEND, torch on CUDA].")]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 
@@ -54,7 +57,7 @@ def friendly_errors() -> Iterator[None]:
 
     try:
         yield
-    except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, ValueError) as exc:
+    except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, ValueError, ImportError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
 
@@ -92,6 +95,7 @@ def build(
     db: Db = None,
     model: Model = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
 
@@ -112,7 +116,7 @@ def build(
 
         result = run_build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
-            factory=index, model=model, device=device, on_progress=on_progress,
+            factory=index, model=model, device=device, backend=backend, on_progress=on_progress,
         )
     table = Table(title=f"Build {result.build_id} of catalog '{result.catalog}'", show_header=False)
     for name, value in (
@@ -296,6 +300,7 @@ def resolve(
     model: Model = None,
     cross_model: CrossModel = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Find the catalog entries a messy address refers to, reranked and labeled.
 
@@ -306,7 +311,8 @@ def resolve(
 
     with friendly_errors():
         items = _read_queries(queries or [], file)
-        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank)
+        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank,
+                                 backend=backend)
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
@@ -406,11 +412,13 @@ def match(
     explain: Annotated[bool, typer.Option("--explain", help="Add a JSON column: which elements agree or differ.")] = False,
     cross_model: CrossModel = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Score address pairs: exact_match / partial_match / not_match with probabilities.
 
     Example: mgeo-index match --file pairs.tsv --out scored.tsv
     """
+    from mgeo_index import backends
     from mgeo_index.match import match_file
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -418,7 +426,7 @@ def match(
         if not file.is_file():
             raise FileNotFoundError(f"pairs file {file} does not exist")
         dev = settings.device(device)
-        cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(dev)
+        cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)).to(dev), backend, device=dev)
         with _progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
             result = match_file(file, out, cross, device=dev, explain=explain,
@@ -465,18 +473,20 @@ def eval_pairs(
     plot: Annotated[Path | None, typer.Option(help="Write a reliability diagram (PNG) here.")] = None,
     cross_model: CrossModel = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
 
     Example: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --plot reliability.png
     """
+    from mgeo_index import backends
     from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     with friendly_errors():
         a, b, gold = read_labeled_pairs(file, split)
         dev = settings.device(device)
-        cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(dev)
+        cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)).to(dev), backend, device=dev)
         report = evaluate_pairs(cross, a, b, gold, device=dev)
         probs = report.pop("_probs")
         if plot is not None:
@@ -503,6 +513,7 @@ def eval_retrieval(
     model: Model = None,
     cross_model: CrossModel = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
 
@@ -513,7 +524,7 @@ def eval_retrieval(
 
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
-        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
+        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
         report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter)
     if as_json:
         print(json.dumps(report))
@@ -535,22 +546,34 @@ def bench(
     naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
     index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,
     queries: Annotated[int, typer.Option(help="Single queries timed for resolve latency.")] = 200,
+    backend_list: Annotated[str, typer.Option("--backends", help="Comma-separated backends to compare side by side ('' for none).")] = ",".join(BACKENDS),
+    pairs: Annotated[Path | None, typer.Option(help="Labeled pairs (e.g. ccks2021_train.tsv.gz): each backend's dev macro-F1.")] = None,
+    split: Split = "dev",
+    build_rows: Annotated[str, typer.Option(help="Comma-separated catalog sizes to build (e.g. 50000,200000): throughput and peak RSS.")] = "",
+    data: Annotated[Path, typer.Option(help="The shared data folder the build catalogs are synthesized from.")] = Path("../shared/data"),
+    work_dir: Annotated[Path, typer.Option(help="Where the synthesized catalogs and their indexes go.")] = Path("bench-work"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     model: Model = None,
     cross_model: CrossModel = None,
+    backend: Backend = None,
 ) -> None:
-    """Engine vs naive per-item encoding and pair scoring (ratios), and warm resolve latency p50/p99.
+    """Engine vs naive per-item encoding and pair scoring, backends side by side, resolve p50/p99, build RSS.
 
-    Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index
+    Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index --pairs ../shared/data/pairs/ccks2021_train.tsv.gz --build-rows 50000,200000
     """
     import random
 
-    from mgeo_index import bench as bench_mod
+    from mgeo_index import backends, bench as bench_mod
     from mgeo_index.catalog import read_catalog
+    from mgeo_index.evaluate import read_labeled_pairs
     from mgeo_index.model.bi_encoder import load_bi_encoder
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
+    names = [b.strip() for b in backend_list.split(",") if b.strip()]
+    sizes = [int(n) for n in build_rows.replace("_", "").split(",") if n.strip()]
     with friendly_errors():
+        for name in names + ([backend] if backend else []):
+            backends.check(name)
         texts: list[str] = []
         for rows, _ in read_catalog(addresses, chunk_size=5000).chunks():
             texts += [r.address for r in rows]
@@ -559,32 +582,71 @@ def bench(
         texts = texts[:limit]
         rng = random.Random(0)
         shuffled = rng.sample(texts, len(texts))
-        bi = load_bi_encoder(settings.bi_model_path(model))
-        cross = load_cross_encoder(settings.cross_model_path(cross_model))
+        chosen = settings.backend(backend)
+        bi = backends.apply(load_bi_encoder(settings.bi_model_path(model)), chosen)
+        cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)), chosen)
         report = {
             "torch_threads": __import__("torch").get_num_threads(),
+            "backend": chosen,
             "encode": bench_mod.bench_encode(bi, texts, naive),
             "score_pairs": bench_mod.bench_score(cross, texts, shuffled, naive),
         }
+        if names:
+            labeled = read_labeled_pairs(pairs, split) if pairs is not None else None
+            report["backends"] = bench_mod.bench_backends(names, texts, shuffled, model=model, cross_model=cross_model,
+                                                          pairs=labeled)
         if index_dir is not None:
             from mgeo_index.resolver import open_resolver
 
-            resolver = open_resolver(index_dir, model=model, cross_model=cross_model, device="cpu")
-            report["resolve"] = bench_mod.bench_resolve(resolver, [t[2:] for t in rng.sample(texts, min(queries, len(texts)))])
+            sample = [t[2:] for t in rng.sample(texts, min(queries, len(texts)))]
+            report["resolve"] = {}
+            for name in dict.fromkeys(["torch", chosen]):  # the plain reference, then the chosen backend
+                resolver = open_resolver(index_dir, model=model, cross_model=cross_model, device="cpu", backend=name)
+                report["resolve"][name] = bench_mod.bench_resolve(resolver, sample)
+        if sizes:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            report["build"] = []
+            for n in sizes:
+                catalog = bench_mod.synthesize_catalog(data, n, work_dir / f"catalog-{n}.tsv")
+                report["build"].append(bench_mod.bench_build(catalog, work_dir / f"index-{n}", backend=chosen))
     if as_json:
         print(json.dumps(report))
         return
-    table = Table(title=f"mgeo-index bench ({report['torch_threads']} threads, same inputs, one run)")
-    for name in ("what", "engine", "naive (1 item, pad 64)", "ratio"):
+    _print_bench(report)
+
+
+def _print_bench(report: dict) -> None:
+    table = Table(title=f"mgeo-index bench ({report['torch_threads']} threads, backend {report['backend']}, same inputs, one run)")
+    for name in ("what", "engine", "naive (1 item, pad 64, FP32 torch)", "ratio"):
         table.add_column(name, justify="left" if name == "what" else "right")
     e, s = report["encode"], report["score_pairs"]
     table.add_row("encode addresses/s", f"{e['engine_per_s']:,.0f}", f"{e['naive_per_s']:,.0f}", f"{e['ratio']:.1f}×")
     table.add_row("score pairs/s (network)", f"{s['engine_per_s']:,.0f}", f"{s['naive_per_s']:,.0f}", f"{s['ratio']:.1f}×")
     console.print(table)
-    if "resolve" in report:
-        r = report["resolve"]
-        console.print(f"resolve, warm, one query per call, top-{r['top_k']} + rerank over {r['catalog_size']:,} entries: "
-                      f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
+    if report.get("backends"):
+        table = Table(title="CPU backends, same inputs, interleaved rounds (best of 3)")
+        columns = ("backend", "addresses/s", "× torch", "pairs/s", "× torch", "min cosine vs torch", "dev macro-F1", "Δ F1", "setup s")
+        for name in columns:
+            table.add_column(name, justify="left" if name == "backend" else "right")
+        for r in report["backends"]:
+            table.add_row(
+                r["backend"], f"{r['encode_per_s']:,.0f}", f"{r.get('encode_vs_torch', float('nan')):.2f}×",
+                f"{r['pairs_per_s']:,.0f}", f"{r.get('pairs_vs_torch', float('nan')):.2f}×",
+                f"{r['embedding_cosine_min']:.5f}" if "embedding_cosine_min" in r else "–",
+                f"{r['macro_f1']:.4f}" if "macro_f1" in r else "–",
+                f"{r['macro_f1_delta']:+.4f}" if "macro_f1_delta" in r else "–", f"{r['setup_s']:.1f}",
+            )
+        console.print(table)
+    for name, r in report.get("resolve", {}).items():
+        console.print(f"resolve ({name}), warm, one query per call, top-{r['top_k']} + rerank over {r['catalog_size']:,} "
+                      f"entries: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
+    if report.get("build"):
+        table = Table(title="mgeo-index build of synthesized catalogs (fresh index, child process)")
+        for name in ("rows", "seconds", "rows/s", "peak RSS MiB"):
+            table.add_column(name, justify="right")
+        for r in report["build"]:
+            table.add_row(f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['rows_per_s']:,.0f}", f"{r['peak_rss_mib']:,.0f}")
+        console.print(table)
 
 
 @app.command()
@@ -750,6 +812,7 @@ def normalize(
     model: Model = None,
     cross_model: CrossModel = None,
     device: Device = None,
+    backend: Backend = None,
 ) -> None:
     """Tie every row of a file to the catalog: matched / ambiguous / unmatched / rejected.
 
@@ -764,6 +827,10 @@ def normalize(
 
     if engine not in ("local", "ray"):
         raise typer.BadParameter("--engine must be local or ray")
+    if backend is not None:  # the one setting every resolver of the job reads (local Ray actors inherit it)
+        if backend not in BACKENDS:
+            raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
+        os.environ[settings.ENV_PREFIX + "BACKEND"] = backend
     try:
         with friendly_errors(), _progress() as bar:
             bar.columns = (*bar.columns, TimeRemainingColumn())

@@ -206,15 +206,18 @@ def publish(
 
     t0 = time.perf_counter()
     progress("encode", 0, len(missing))
-    vectors, ids, new_texts = [], [], []
+    # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
+    vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
     for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
         new_texts += [e["normalized"] for e in batch]
-        vectors.append(encoder.encode(bi, [e["normalized"] for e in batch], device=device,
-                                      on_batch=lambda n: progress("encode", n, len(missing))))
-        ids.append(np.fromiter((e["id"] for e in batch), dtype=np.int64, count=len(batch)))
+        vectors[done : done + len(batch)] = encoder.encode(bi, [e["normalized"] for e in batch], device=device,
+                                                           on_batch=lambda n: progress("encode", n, len(missing)))
+        ids[done : done + len(batch)] = [e["id"] for e in batch]
+        done += len(batch)
         crashpoint("embedding")
-    if ids:
-        faiss_index.add(index, np.concatenate(vectors), np.concatenate(ids))
+    if done:
+        faiss_index.add(index, vectors[:done], ids[:done])
+    del vectors  # the index holds its own copy
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

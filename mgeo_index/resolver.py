@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import engine, features, generations, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import backends, engine, features, generations, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
@@ -195,6 +195,7 @@ def open_resolver(
     cross_model: str | Path | None = None,
     device: str | None = None,
     rerank: bool = True,
+    backend: str | None = None,
 ) -> Resolver:
     """Load the index directory's current generation (the database pointer decides which; its files never
     change once written, so a writer switching generations meanwhile cannot mix two); refuses a query
@@ -214,6 +215,9 @@ def open_resolver(
             f"--model {recorded} or rebuild the index with this model."
         )
     cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device) if rerank else None
+    backends.apply(bi, backend, device=device)  # --backend > MGEO_INDEX_BACKEND > settings.DEFAULT_CPU_BACKEND
+    if cross is not None:
+        backends.apply(cross, backend, device=device)
     index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
     faiss_index.set_search_params(index, nprobe=16, ef_search=128)
     sparse_file = manifest.get("sparse_file")

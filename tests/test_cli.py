@@ -138,13 +138,38 @@ def test_resolve_explain_in_json_and_table(index_dir):
 
 
 def test_bench_reports_ratios_and_latency(index_dir):
-    result = run("bench", "--limit", "40", "--naive", "8", "--index-dir", index_dir, "--queries", "5", "--json")
+    result = run("bench", "--limit", "40", "--naive", "8", "--index-dir", index_dir, "--queries", "5", "--json",
+                 "--backend", "torch", "--backends", "torch,int8")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     for part in ("encode", "score_pairs"):
         assert report[part]["ratio"] > 0 and report[part]["n"] == 40 and report[part]["naive_n"] == 8
     assert report["encode"]["max_abs_diff"] < 1e-3  # padding to 64 one at a time gives the same vectors
-    assert report["resolve"]["queries"] == 5 and 0 < report["resolve"]["p50_ms"] <= report["resolve"]["p99_ms"]
+    resolve = report["resolve"]["torch"]
+    assert resolve["queries"] == 5 and 0 < resolve["p50_ms"] <= resolve["p99_ms"]
+    torch_row, int8_row = report["backends"]
+    assert (torch_row["backend"], int8_row["backend"]) == ("torch", "int8")
+    assert torch_row["encode_vs_torch"] == 1.0 and int8_row["encode_per_s"] > 0
+    assert 0.98 < int8_row["embedding_cosine_min"] <= 1.0 + 1e-6
+
+
+def test_bench_refuses_an_unknown_backend():
+    result = run("bench", "--limit", "10", "--backends", "torch,tensorrt")
+    assert result.exit_code == 1 and "tensorrt" in result.output
+
+
+def test_backend_option_is_validated_and_used(index_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MGEO_INDEX_CACHE", str(tmp_path / "cache"))
+    result = run("resolve", "深圳南山中山路75号", "--index-dir", index_dir, "--backend", "tensorrt")
+    assert result.exit_code == 1 and "torch, bf16, compile, int8, onnx" in result.output
+    plain = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "3")
+    fast = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "3", "--backend", "onnx")
+    assert fast.exit_code == 0, fast.output
+    ours, theirs = json.loads(plain.stdout)["matches"], json.loads(fast.stdout)["matches"]
+    assert [m["id"] for m in ours] == [m["id"] for m in theirs]  # ONNX Runtime computes what torch computes
+    assert abs(ours[0]["probability"] - theirs[0]["probability"]) < 1e-4
+    result = run("normalize", tmp_path / "in.csv", "--out", tmp_path / "out.csv", "--index-dir", index_dir, "--backend", "gpu")
+    assert result.exit_code == 2 and "--backend must be one of" in result.output
 
 
 def test_parse_json_and_table(tmp_path):

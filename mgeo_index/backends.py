@@ -1,0 +1,130 @@
+"""CPU inference backends: how a loaded model's forward pass is run.
+
+One model object (tokenizer, labels, feature head, fingerprint) keeps its attributes; a backend only
+sets ``model.runner``, the callable :mod:`mgeo_index.engine` calls with each batch's tensors, and
+``model.precision``, the engine's default precision for it:
+
+- ``torch``: the module itself, FP32 (the reference);
+- ``bf16``: the module under bfloat16 autocast (AVX512-BF16/AMX CPUs: 1.8× FP32 on this machine);
+- ``compile``: ``torch.compile(dynamic=True)`` (Inductor; compiles on the first batches);
+- ``int8``: dynamic int8 quantization of the Linear layers (``torch.ao.quantization.quantize_dynamic``);
+- ``onnx``: ONNX Runtime on a graph exported with dynamic batch and sequence axes, cached in
+  :func:`mgeo_index.settings.cache_dir` under the model's fingerprint so it is exported once.
+
+On CUDA only ``torch`` applies (the engine's FP16 path). The CPU default is ``settings.backend()``.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mgeo_index import settings
+
+BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
+ONNX_OPSET = 17
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def check(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {name!r}")
+    return name
+
+
+def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
+    """Set ``model.runner`` / ``model.precision`` for backend ``name`` (default: ``settings.backend()``)."""
+    name = check(settings.backend(name, device))
+    if str(device).startswith("cuda") and name != "torch":
+        raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
+    runner = None
+    if name == "compile":
+        runner = torch.compile(model, dynamic=True)
+    elif name == "int8":
+        runner = _quantized(model)
+    elif name == "onnx":
+        runner = OnnxRunner(export_onnx(model))
+    # plain attributes, not registered submodules: state_dict(), .to() and saving never see the runner
+    model.__dict__.update(backend=name, runner=runner, precision="bf16" if name == "bf16" else None)
+    return model
+
+
+def _quantized(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose Linear layers compute in int8 with per-batch activation scales."""
+    from torch.ao.quantization import quantize_dynamic
+
+    model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
+    with warnings.catch_warnings():  # torch 2.13 announces torch.ao's move to torchao on every call
+        warnings.simplefilter("ignore", category=UserWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8).eval()
+
+
+def onnx_path(model) -> Path:
+    kind = type(model).__name__.lower()
+    return settings.cache_dir() / f"{kind}-{model.fingerprint}-opset{ONNX_OPSET}-torch{torch.__version__.split('+')[0]}.onnx"
+
+
+class _Exportable(torch.nn.Module):
+    """The model's forward with all three inputs positional (what the ONNX graph takes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.model.forward(input_ids, attention_mask, token_type_ids)
+
+
+def export_onnx(model) -> Path:
+    """Export (once per model fingerprint) to ONNX with dynamic batch and sequence axes; returns the file."""
+    path = onnx_path(model)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sample = model.tokenizer(["北京市朝阳区建国路88号", "深圳"], padding=True, return_tensors="pt")
+    ids = sample["input_ids"]
+    args = (ids, sample["attention_mask"], sample.get("token_type_ids", torch.zeros_like(ids)))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
+    axes["output"] = {0: "batch"}
+    try:
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer notes about HF's Python-side checks; the tests compare outputs
+            torch.onnx.export(
+                _Exportable(model).eval(), args, str(tmp), input_names=list(_INPUTS), output_names=["output"],
+                dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
+            )
+        os.replace(tmp, path)  # atomic: a concurrent or interrupted export never leaves half a file
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class OnnxRunner:
+    """Callable like the torch module: tensors in, a torch tensor out, computed by ONNX Runtime."""
+
+    def __init__(self, path: Path):
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise ImportError("the onnx backend needs ONNX Runtime: pip install onnxruntime") from exc
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.path = path
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        ids = input_ids.numpy()
+        feed = {
+            "input_ids": ids,
+            "attention_mask": attention_mask.numpy(),
+            "token_type_ids": token_type_ids.numpy() if token_type_ids is not None else np.zeros_like(ids),
+        }
+        return torch.from_numpy(self.session.run(None, feed)[0])

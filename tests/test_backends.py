@@ -1,0 +1,110 @@
+"""CPU backends give the plain-torch results (within their precision), in input order, from one setting."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from mgeo_index import backends, bench, engine, settings
+from mgeo_index.model.bi_encoder import load_bi_encoder
+from mgeo_index.model.cross_encoder import load_cross_encoder
+
+TEXTS = ["北京市朝阳区建国路88号", "深圳南山中山路75号东方科技园9号楼", "上海", "广州市天河区柯木塱背坪村窑屋地西街四巷1号首层",
+         "杭州市西湖区文三路", "成都武侯区", "南京市鼓楼区二板桥", "天津"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MGEO_INDEX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)
+
+
+@pytest.mark.parametrize("name", ["bf16", "int8", "onnx"])
+def test_backend_matches_plain_torch(tiny_model_dirs, name):
+    bi_dir, cross_dir = tiny_model_dirs
+    reference = engine.encode(load_bi_encoder(bi_dir), TEXTS)
+    ref_probs = engine.score_pairs(load_cross_encoder(cross_dir), TEXTS, TEXTS[::-1])
+    bi = backends.apply(load_bi_encoder(bi_dir), name)
+    cross = backends.apply(load_cross_encoder(cross_dir), name)
+    assert bi.backend == cross.backend == name
+    vectors = engine.encode(bi, TEXTS)
+    probs = engine.score_pairs(cross, TEXTS, TEXTS[::-1])
+    tolerance = {"bf16": 3e-2, "int8": 3e-2}.get(name, 1e-4)
+    assert vectors.shape == reference.shape and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+    assert np.abs(vectors - reference).max() < tolerance  # same rows, same (input) order
+    assert np.abs(probs - ref_probs).max() < tolerance
+    # one item alone gives what it gives inside a batch (dynamic batch and sequence axes for onnx); int8
+    # scales activations per batch, so its results move slightly with the batch's other items
+    assert np.abs(engine.encode(bi, TEXTS[3]) - vectors[3]).max() < (tolerance if name == "int8" else 1e-4)
+
+
+def test_compile_backend_matches_plain_torch(tiny_model_dirs):
+    """torch.compile (Inductor, dynamic shapes): the bi-encoder only, since compiling costs minutes here."""
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    reference = engine.encode(bi, TEXTS)
+    backends.apply(bi, "compile")
+    assert np.abs(engine.encode(bi, TEXTS) - reference).max() < 1e-4
+    assert np.abs(engine.encode(bi, TEXTS[:5]) - reference[:5]).max() < 1e-4  # other shapes, no recompilation
+
+
+def test_onnx_export_is_cached_by_fingerprint(tiny_model_dirs):
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    path = backends.export_onnx(bi)
+    assert path.parent == settings.cache_dir() and bi.fingerprint in path.name
+    stamp = path.stat().st_mtime_ns
+    backends.apply(load_bi_encoder(tiny_model_dirs[0]), "onnx")
+    assert path.stat().st_mtime_ns == stamp  # reused, not exported again
+    assert backends.onnx_path(load_cross_encoder(tiny_model_dirs[1])) != path
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_runner_is_not_part_of_the_model_state(tiny_model_dirs):
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    keys = set(bi.state_dict())
+    backends.apply(bi, "int8")
+    assert set(bi.state_dict()) == keys  # saving or moving the model never sees the quantized copy
+    assert bi.runner is not None and bi.runner is not bi
+
+
+def test_setting_precedence(monkeypatch):
+    assert settings.backend() == settings.DEFAULT_CPU_BACKEND
+    assert settings.backend(device="cuda") == "torch"
+    monkeypatch.setenv("MGEO_INDEX_BACKEND", "onnx")
+    assert settings.backend() == "onnx"
+    assert settings.backend("int8") == "int8"
+
+
+def test_unknown_backend_and_cpu_backend_on_cuda_are_refused(tiny_model_dirs):
+    bi = load_bi_encoder(tiny_model_dirs[0])
+    with pytest.raises(ValueError, match="torch, bf16, compile, int8, onnx"):
+        backends.apply(bi, "tensorrt")
+    with pytest.raises(ValueError, match="use --backend torch"):
+        backends.apply(bi, "int8", device="cuda")
+
+
+def test_synthesized_catalog_is_distinct_deterministic_and_sized(tmp_path):
+    data = tmp_path / "data"
+    (data / "catalog").mkdir(parents=True)
+    with gzip.open(data / "catalog" / "ccks2021_poi_candidates.tsv.gz", "wt", encoding="utf-8") as fh:
+        fh.write("text\tfreq\n鼓楼区二板桥\t24\n朝阳区建国路88号\t3\n")
+    with gzip.open(data / "catalog" / "shenzhen_standard_addresses.txt.gz", "wt", encoding="utf-8") as fh:
+        fh.write("光明区上村莲塘兆豪工业园\n鼓楼区二板桥\n")
+    for i, name in enumerate(("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz")):
+        with gzip.open(data / "catalog" / name, "wt", encoding="utf-8") as fh:
+            fh.write(json.dumps({"text": f"浙江省杭州市文{i}路1号"}, ensure_ascii=False) + "\n")
+    assert len(bench.base_addresses(data)) == 5  # the duplicate across files counted once
+    first = bench.synthesize_catalog(data, 40, tmp_path / "a.tsv").read_text(encoding="utf-8").splitlines()
+    again = bench.synthesize_catalog(data, 40, tmp_path / "b.tsv").read_text(encoding="utf-8").splitlines()
+    assert first == again and first[0] == "id\taddress" and len(first) == 41
+    rows = [line.split("\t") for line in first[1:]]
+    assert len({a for _, a in rows}) == 40 and len({i for i, _ in rows}) == 40
+    assert rows[0][1] == "鼓楼区二板桥" and rows[5][1].startswith("鼓楼区二板桥") and rows[5][1] != "鼓楼区二板桥"
+
+
+def test_bench_build_measures_the_child_process(tmp_path):
+    catalog = tmp_path / "c.tsv"
+    catalog.write_text("id\taddress\n" + "".join(f"r{i}\t北京市朝阳区建国路{i}号\n" for i in range(30)), encoding="utf-8")
+    result = bench.bench_build(catalog, tmp_path / "idx", backend="torch")
+    assert result["rows"] == 30 and result["rows_per_s"] > 0
+    assert 100 < result["peak_rss_mib"] < 4096  # the child's own peak, not the parent's
+    assert (tmp_path / "idx" / "index.json").is_file()
