@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 -d .whl faiss-cpu sqlalchemy alembic mako rapidfuzz greenlet
+  --platform manylinux2014_x86_64 -d .whl faiss-cpu sqlalchemy alembic mako rapidfuzz greenlet opencc
 du -sh .whl
