@@ -138,9 +138,10 @@ def evaluate_retrieval(
     from mgeo_index import store
 
     catalog_id = store.catalog_id(resolver.engine, resolver.manifest["catalog"])
-    flat = [normalize(g) for gs in golds for g in gs]
+    normalized = [[normalize(g) for g in gs] for gs in golds]
+    flat = [g for gs in normalized for g in gs]
     ids = dict(zip(flat, store.ids_by_normalized(resolver.engine, catalog_id, flat)))
-    gold_sets = [{ids[normalize(g)] for g in gs} - {None} for gs in golds]
+    gold_sets = [{ids[g] for g in gs} - {None} for gs in normalized]
     keep = [i for i, found in enumerate(gold_sets) if found]
     if not keep:
         raise CatalogError("none of the gold addresses is in the index's catalog")

@@ -71,7 +71,7 @@ def match_file(
             def flush() -> None:
                 valid = [(line, row) for line, row in chunk if row["_ok"]]
                 probs = engine.score_pairs(
-                    cross, [_side(r["a"]) for _, r in valid], [_side(r["b"]) for _, r in valid], device=device
+                    cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device
                 )
                 decided = cross.decide(probs)
                 by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
@@ -103,7 +103,8 @@ def match_file(
             for row in reader:
                 line = _last_line = reader.line_num
                 result.rows += 1
-                empty = [c for c in PAIR_COLUMNS if not normalize(row.get(c) or "")]
+                row["_sides"] = tuple(_side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
+                empty = [c for c, side in zip(PAIR_COLUMNS, row["_sides"]) if not side]
                 extra = row.pop(None, None)  # fields beyond the header's
                 row["_ok"] = not empty and not extra
                 if extra:

@@ -63,8 +63,9 @@ class Resolver:
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
-        ``retrieval``: ``dense`` (FAISS), ``sparse`` (character n-grams) or ``hybrid`` (both, fused by
-        reciprocal rank; the reranker then sees up to 2·top_k candidates). ``explain`` adds, per
+        ``retrieval``: ``dense`` (FAISS), ``sparse`` (the character n-gram lists: whole query and query
+        below town level) or ``hybrid`` (all, fused by weighted reciprocal rank; the reranker then sees
+        up to POOL_FACTOR·top_k candidates). ``explain`` adds, per
         match, which address elements agree or differ (:func:`features.explain`). ``admin_filter``
         drops candidates whose stored city (or district) code differs from the query's parsed one
         when both are known (off by default: see README for what it does to recall).
@@ -109,7 +110,7 @@ class Resolver:
                     for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row]))
                 ]
             )
-        if rerank and self.cross is not None:
+        if reranking:
             self._rerank(normalized, results)
         for matches in results:
             del matches[top_k:]
