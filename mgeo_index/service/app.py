@@ -360,7 +360,7 @@ async def reload_index(state: State, force: bool = False) -> dict:
     """Load the index directory's current build aside, warm it up, swap it in, empty the cache."""
     async with state.reload_lock:
         old = state.loaded
-        current = await asyncio.to_thread(backend.index_version, state.config.index_dir)
+        current = await asyncio.to_thread(backend.index_version, state.config.index_dir, old, state.config.db)
         if current == old.version and not force:
             return {"reloaded": False, "build_id": old.build_id, "version": old.version}
         loaded = await _load_and_warm(state)

@@ -9,10 +9,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import build, engine, features
+from mgeo_index import engine, features, generations, settings
+from mgeo_index.match import _side
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Job
-from mgeo_index.text import normalize
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
 WARMUP_QUERIES = (
@@ -24,12 +24,15 @@ WARMUP_QUERIES = (
 )
 
 
-def index_version(index_dir: str | Path) -> str:
-    """What identifies the index ``open_resolver`` would load now (build id + index file of index.json).
+def index_version(index_dir: str | Path, loaded: "Loaded", db: str | None = None) -> str:
+    """What identifies the generation ``open_resolver`` would load now: the database pointer (the same
+    source ``open_resolver`` reads; ``index.json`` is only its mirror), through the loaded resolver's
+    store connection.
 
     The one place that knows how an index change shows: adapt it when the directory layout changes.
     """
-    return manifest_version(build.read_manifest(index_dir))
+    db_url = settings.database_url(index_dir, db)
+    return manifest_version(generations.current_manifest(index_dir, loaded.resolver.engine, db_url))
 
 
 def manifest_version(manifest: dict) -> str:
@@ -64,13 +67,19 @@ def warm_up(resolver: Resolver, batch: int) -> None:
 
 
 def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool) -> list[dict]:
-    a = [normalize(x) for x, _ in pairs]
-    b = [normalize(y) for _, y in pairs]
+    """Labels (the cross-encoder's decision, as ``mgeo-index match`` gives them) and probabilities."""
+    a = [_side(x) for x, _ in pairs]
+    b = [_side(y) for _, y in pairs]
     probs = engine.score_pairs(resolver.cross, a, b, device=resolver.device)
+    decided = resolver.cross.decide(probs)
     labels = resolver.cross.labels
+    if explain:  # both sides of every pair parsed in one batch
+        from mgeo_index.text.parser import parse
+
+        parsed = parse([x for x, _ in pairs] + [y for _, y in pairs])
     out = []
-    for (raw_a, raw_b), p in zip(pairs, probs):
-        best = int(p.argmax())
+    for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
+        best = int(decided[i])
         result = {
             "a": raw_a,
             "b": raw_b,
@@ -79,7 +88,7 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
             "probabilities": {label: round(float(v), 6) for label, v in zip(labels, p)},
         }
         if explain:
-            result["explain"] = features.explain(raw_a, raw_b)
+            result["explain"] = features.explain_parsed(parsed[i], parsed[len(pairs) + i])
         out.append(result)
     return out
 
