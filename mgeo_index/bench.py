@@ -53,8 +53,8 @@ def bench_encode(bi, texts: Sequence[str], naive_n: int = 200, rounds: int = 3) 
     engine.encode(bi, texts[:64])  # warm-up
     fast_s = slow_s = float("inf")
     for _ in range(rounds):
-        fast_s = min(fast_s, _best_seconds(lambda: engine.encode(bi, texts), 1))
-        slow_s = min(slow_s, _best_seconds(lambda: naive_encode(bi, sample), 1))
+        fast_s = min(fast_s, _seconds(lambda: engine.encode(bi, texts)))
+        slow_s = min(slow_s, _seconds(lambda: naive_encode(bi, sample)))
     agree = float(np.abs(engine.encode(bi, texts)[: len(sample)] - naive_encode(bi, sample)).max())
     return {"engine_per_s": _rate(len(texts), fast_s), "naive_per_s": _rate(len(sample), slow_s),
             "ratio": _rate(len(texts), fast_s) / _rate(len(sample), slow_s), "n": len(texts), "naive_n": len(sample),
@@ -68,8 +68,8 @@ def bench_score(cross, first: Sequence[str], second: Sequence[str], naive_n: int
     network_scores(cross, first[:64], second[:64])  # warm-up
     fast_s = slow_s = float("inf")
     for _ in range(rounds):
-        fast_s = min(fast_s, _best_seconds(lambda: network_scores(cross, first, second), 1))
-        slow_s = min(slow_s, _best_seconds(lambda: naive_score(cross, first[:n_slow], second[:n_slow]), 1))
+        fast_s = min(fast_s, _seconds(lambda: network_scores(cross, first, second)))
+        slow_s = min(slow_s, _seconds(lambda: naive_score(cross, first[:n_slow], second[:n_slow])))
     return {"engine_per_s": _rate(len(first), fast_s), "naive_per_s": _rate(n_slow, slow_s),
             "ratio": _rate(len(first), fast_s) / _rate(n_slow, slow_s), "n": len(first), "naive_n": n_slow,
             "rounds": rounds}
@@ -90,14 +90,12 @@ def bench_resolve(resolver, queries: Sequence[str], *, top_k: int = 10, warmup: 
             "catalog_size": int(resolver.index.ntotal)}
 
 
-def _best_seconds(fn, rounds: int) -> float:
-    """Least wall time of ``rounds`` calls: the figure least disturbed by other work on a shared machine."""
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _seconds(fn) -> float:
+    """Wall time of one call (callers interleave rounds and keep the least: the figure least disturbed
+    by other work on a shared machine)."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def bench_backends(
@@ -134,15 +132,16 @@ def bench_backends(
                         "encode_s": float("inf"), "pairs_s": float("inf")}
     for _ in range(rounds):
         for r in loaded.values():
-            r["encode_s"] = min(r["encode_s"], _best_seconds(lambda: engine.encode(r["bi"], texts), 1))
-            r["pairs_s"] = min(r["pairs_s"], _best_seconds(lambda: network_scores(r["cross"], first, second), 1))
+            r["encode_s"] = min(r["encode_s"], _seconds(lambda: engine.encode(r["bi"], texts)))
+            r["pairs_s"] = min(r["pairs_s"], _seconds(lambda: network_scores(r["cross"], first, second)))
     reference = loaded.get("torch")
+    ref_vectors = engine.encode(reference["bi"], texts[:500]) if reference is not None else None
     out = []
     for name, r in loaded.items():
         row = {"backend": name, "setup_s": r["setup_s"], "encode_per_s": _rate(len(texts), r["encode_s"]),
                "pairs_per_s": _rate(len(first), r["pairs_s"])}
         if reference is not None:
-            vectors, ref_vectors = engine.encode(r["bi"], texts[:500]), engine.encode(reference["bi"], texts[:500])
+            vectors = engine.encode(r["bi"], texts[:500])
             row["embedding_cosine_min"] = float((vectors * ref_vectors).sum(1).min())
         if pairs is not None:
             report = evaluate_pairs(r["cross"], *pairs)
@@ -150,11 +149,12 @@ def bench_backends(
             row["pairs_evaluated"] = report["n"]
         out.append(row)
     if reference is not None:
+        torch_row = out[list(loaded).index("torch")]
         for row in out:
-            row["encode_vs_torch"] = row["encode_per_s"] / out[list(loaded).index("torch")]["encode_per_s"]
-            row["pairs_vs_torch"] = row["pairs_per_s"] / out[list(loaded).index("torch")]["pairs_per_s"]
+            row["encode_vs_torch"] = row["encode_per_s"] / torch_row["encode_per_s"]
+            row["pairs_vs_torch"] = row["pairs_per_s"] / torch_row["pairs_per_s"]
             if pairs is not None:
-                row["macro_f1_delta"] = row["macro_f1"] - out[list(loaded).index("torch")]["macro_f1"]
+                row["macro_f1_delta"] = row["macro_f1"] - torch_row["macro_f1"]
     return out
 
 

@@ -46,9 +46,6 @@ class BuildResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-write_json_atomic = generations.write_json_atomic
-
-
 def read_manifest(index_dir: str | Path) -> dict:
     """``index.json`` (catalog name and a mirror of the current generation); readers that serve queries
     use :func:`generations.current_manifest`, which follows the database pointer."""

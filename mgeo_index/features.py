@@ -61,12 +61,13 @@ def without_admin(text: str, min_length: int = 4) -> str:
     A second retrieval key: catalog entries often omit the upper levels a query spells out
     (江苏省南京市鼓楼区…五塘村74号 vs 鼓楼区五塘村74号楼). Returns ``text`` unchanged when too little is left.
     """
-    elements = extract_elements(text)
-    rest = normalize(text)
+    base = normalize(text)
+    elements = extract_elements(base)  # normalize is idempotent: extracting from base is the same
+    rest = base
     for name in ("province", "city", "district", "town"):
         if name in elements:
             rest = rest.replace(elements[name], "", 1)
-    return rest if len(rest) >= min_length else normalize(text)
+    return rest if len(rest) >= min_length else base
 
 
 def _core(name: str, span: str) -> str:

@@ -209,8 +209,9 @@ def publish(
     # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
     vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
     for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
-        new_texts += [e["normalized"] for e in batch]
-        vectors[done : done + len(batch)] = encoder.encode(bi, [e["normalized"] for e in batch], device=device,
+        texts = [e["normalized"] for e in batch]
+        new_texts += texts
+        vectors[done : done + len(batch)] = encoder.encode(bi, texts, device=device,
                                                            on_batch=lambda n: progress("encode", n, len(missing)))
         ids[done : done + len(batch)] = [e["id"] for e in batch]
         done += len(batch)
@@ -223,7 +224,9 @@ def publish(
     t0 = time.perf_counter()
     if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
         sparse = sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
-    else:  # first build, or a large change: every n-gram weight recomputed over all entries
+    elif done == live.size:  # every live entry was just embedded (a first build): its texts are in hand, in id order
+        sparse = sparse_index.build_sparse(new_texts, ids[:done].tolist())
+    else:  # a large change: every n-gram weight recomputed over all entries
         texts, text_ids = [], []
         for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
             texts += [e["normalized"] for e in batch]

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from mgeo_index.text.normalize import normalize
-from mgeo_index.text.tagger import Tagger, TaggerConfig, spans_from_tags, tags_from_spans
+from mgeo_index.text.tagger import Tagger, TaggerConfig, tags_from_spans
 from mgeo_index.training.data import tagged_addresses
 
 Example = tuple[str, list[tuple[str, int, int]]]  # (text, [(label, start, end)])
@@ -111,7 +111,6 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     log(f"examples: " + ", ".join(f"{k} {len(v)}" for k, v in data.items()) + f"; chars {len(chars)}, labels {len(labels)}")
     start, epoch, best, best_state = time.time(), 0, -1.0, None
-    total_steps = None
     step = 0
     while time.time() - start < minutes * 60:
         epoch += 1
