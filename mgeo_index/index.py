@@ -22,6 +22,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from typing import Any, Union
 
 import faiss
@@ -39,6 +40,7 @@ __all__ = [
     "min_training_vectors",
     "needs_training",
     "remove",
+    "replace_atomic",
     "save_atomic",
     "search",
     "set_search_params",
@@ -538,25 +540,23 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def save_atomic(index: faiss.Index, path: PathLike) -> None:
-    """Write the index so readers see either the old file or the complete new one.
+def replace_atomic(path: PathLike, write: Callable[[str], None]) -> None:
+    """Write a file so readers see either the old one or the complete new one.
 
-    The index (copied to CPU first when on GPU) is written to a temporary file in the
-    same directory, fsynced, then moved over ``path`` with ``os.replace`` (atomic on
-    POSIX and Windows) and the directory is fsynced. On any error the temporary file
-    is removed and an existing ``path`` is left untouched.
+    ``write(tmp)`` writes the content to a temporary file in the same directory, which is fsynced,
+    given the old file's mode (or a normal 0644: mkstemp creates 0600 files), moved over ``path`` with
+    ``os.replace`` (atomic on POSIX and Windows), and the directory is fsynced. On any error the
+    temporary file is removed and an existing ``path`` is left untouched.
     """
     target = os.path.abspath(os.fspath(path))
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    cpu_index = to_cpu(index)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
-        faiss.write_index(cpu_index, tmp)
+        write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        # mkstemp creates 0600 files; keep the old file's mode, or a normal 0644.
         try:
             mode = os.stat(target).st_mode & 0o777
         except FileNotFoundError:
@@ -570,6 +570,12 @@ def save_atomic(index: faiss.Index, path: PathLike) -> None:
             pass
         raise
     _fsync_dir(directory)
+
+
+def save_atomic(index: faiss.Index, path: PathLike) -> None:
+    """Write the index (copied to CPU first when on GPU) with :func:`replace_atomic`."""
+    cpu_index = to_cpu(index)
+    replace_atomic(path, lambda tmp: faiss.write_index(cpu_index, tmp))
 
 
 def load(path: PathLike, *, gpu: bool = False) -> faiss.Index:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -23,6 +21,7 @@ import numpy as np
 from scipy import sparse
 
 from mgeo_index.crashpoints import crashpoint
+from mgeo_index.index import replace_atomic
 
 NGRAMS = (2, 3)
 
@@ -139,15 +138,15 @@ def save_atomic(index: SparseIndex, path: str | Path) -> None:
         idf=index.idf, data=m.data, indices=m.indices, indptr=m.indptr, shape=np.asarray(m.shape), ids=index.ids,
     )
     data = buffer.getvalue()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data[: len(data) // 2])
-        fh.flush()
-        crashpoint("index-write")  # tests: die with the file half written
-        fh.write(data[len(data) // 2 :])
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            crashpoint("index-write")  # tests: die with the file half written
+            fh.write(data[len(data) // 2 :])
+
+    replace_atomic(path, write)
 
 
 def load(path: str | Path) -> SparseIndex:
