@@ -316,6 +316,7 @@ class Report:
     facts: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # harmless: files gc removes, entries it purges
+    rebuild: bool = False  # the current generation's files cannot be reused: a repair embeds everything again
 
     @property
     def clean(self) -> bool:
@@ -365,6 +366,7 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         elif sha256_file(path) != generation["checksums"].get(name):
             report.problems.append(f"file {name} does not match its recorded SHA-256 (corrupted or replaced)")
             files_ok = False
+    report.rebuild = not files_ok
     if files_ok:
         index = faiss_index.load(index_dir / generation["index_file"])
         faiss_ids = faiss_index.index_ids(index)
@@ -373,13 +375,17 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         if int(index.ntotal) != generation["ntotal"] or index.d != generation["dim"]:
             report.problems.append(f"FAISS index holds {index.ntotal} vectors of dim {index.d}; "
                                    f"recorded {generation['ntotal']} of dim {generation['dim']}")
+            report.rebuild = True
         if ids_sha256(faiss_ids) != generation["ids_sha256"]:
             report.problems.append("FAISS ids do not match the recorded ids checksum")
+            report.rebuild = True
         if np.unique(faiss_ids).size != faiss_ids.size:
             report.problems.append("FAISS index holds duplicate ids")
+            report.rebuild = True
         if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
             report.problems.append(f"n-gram index and FAISS index hold different ids "
                                    f"({sparse_ids.size} vs {faiss_ids.size})")
+            report.rebuild = True
         unindexed = np.setdiff1d(live, faiss_ids)
         stale = np.setdiff1d(faiss_ids, live)
         if unindexed.size:
@@ -394,6 +400,7 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
             if gone.size:
                 report.problems.append(f"{gone.size} indexed ids do not exist in the store at all "
                                        f"(entry ids {_sample(gone)}); --repair rebuilds the index from the store")
+                report.rebuild = True
     model_path = generation.get("model_path")
     if model_path and Path(model_path).is_dir():
         now = fingerprint(Path(model_path))

@@ -142,13 +142,11 @@ def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: 
             bi = _model_for(generation, model)
             device = settings.device(device)
             factory = generation["index_factory"] if generation else settings.DEFAULT_INDEX_FACTORY
-            files_broken = any("SHA-256" in p or "missing" in p or "do not exist in the store" in p or "FAISS" in p
-                               for p in report.problems)
             build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
             try:
                 generations.publish(engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id,
                                     bi=bi.to(device), factory=factory, device=device, db_url=db_url, kind="repair",
-                                    from_scratch=files_broken)
+                                    from_scratch=report.rebuild)
             except BaseException as exc:
                 store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
                 raise
