@@ -40,6 +40,30 @@ def _model_for(generation: dict | None, model):
     return load_bi_encoder(settings.bi_model_path(model))
 
 
+def _factory_for(index_dir: Path, generation: dict | None) -> str:
+    """The index factory to keep: the current generation's, else what an index directory from before
+    generations recorded in ``index.json``, else the default."""
+    if generation:
+        return generation["index_factory"]
+    return generations.read_descriptor(index_dir).get("index_factory", settings.DEFAULT_INDEX_FACTORY)
+
+
+def _republish(engine, index_dir: Path, db_url: str, catalog: str, catalog_id: int, generation: dict | None, *,
+               model, device: str | None, kind: str, **publish_args) -> generations.Published:
+    """A new generation derived from the current one, recorded as a build of ``kind`` (failed if it fails)."""
+    bi = _model_for(generation, model)
+    device = settings.device(device)
+    factory = _factory_for(index_dir, generation)
+    build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
+    try:
+        return generations.publish(engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id,
+                                   bi=bi.to(device), factory=factory, device=device, db_url=db_url, kind=kind,
+                                   **publish_args)
+    except BaseException as exc:
+        store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
+        raise
+
+
 def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None,
         on_progress: Progress | None = None, chunk_size: int = 5000) -> BuildResult:
     """Apply a delta file to an existing catalog: new ids are added, ids whose address changed are updated
@@ -53,8 +77,7 @@ def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None,
     finally:
         engine.dispose()
     bi = _model_for(generation, model)
-    factory = generation["index_factory"] if generation else generations.read_descriptor(index_dir).get(
-        "index_factory", settings.DEFAULT_INDEX_FACTORY)
+    factory = _factory_for(index_dir, generation)
     return build(delta_path, index_dir, db=db, catalog=catalog, address_column=address_column, id_column=id_column,
                  factory=factory, model=bi, device=device, on_progress=on_progress, chunk_size=chunk_size, kind="add")
 
@@ -87,19 +110,10 @@ def remove(ids: list[str], index_dir: str | Path, *, db: str | None = None, mode
             retired, not_found = store.retire_entries(engine, catalog_id, ids)
             if generation is None and not retired:
                 raise FileNotFoundError(f"{index_dir} has no index generation yet; build it first")
-            bi = _model_for(generation, model)
-            device = settings.device(device)
-            factory = generation["index_factory"] if generation else settings.DEFAULT_INDEX_FACTORY
-            build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
-            try:
-                published = generations.publish(
-                    engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi.to(device),
-                    factory=factory, device=device, db_url=db_url, kind="remove",
-                    build_fields={"seconds": time.perf_counter() - started, "stats": {"removed": len(retired)}},
-                )
-            except BaseException as exc:
-                store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
-                raise
+            published = _republish(
+                engine, index_dir, db_url, catalog, catalog_id, generation, model=model, device=device, kind="remove",
+                build_fields={"seconds": time.perf_counter() - started, "stats": {"removed": len(retired)}},
+            )
         finally:
             engine.dispose()
     return RemoveResult(len(retired), not_found, published.generation_id, published.vectors_total, time.perf_counter() - started)
@@ -139,17 +153,8 @@ def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: 
             report = generations.check(index_dir, engine, db_url)
             if report.clean:
                 return report
-            bi = _model_for(generation, model)
-            device = settings.device(device)
-            factory = generation["index_factory"] if generation else settings.DEFAULT_INDEX_FACTORY
-            build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
-            try:
-                generations.publish(engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id,
-                                    bi=bi.to(device), factory=factory, device=device, db_url=db_url, kind="repair",
-                                    from_scratch=report.rebuild)
-            except BaseException as exc:
-                store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
-                raise
+            _republish(engine, index_dir, db_url, catalog, catalog_id, generation, model=model, device=device,
+                       kind="repair", from_scratch=report.rebuild)
             return generations.check(index_dir, engine, db_url)
         finally:
             engine.dispose()
