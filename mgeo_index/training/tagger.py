@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
+from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.normalize import normalize
+from mgeo_index.text.parser import admin_mentions
 from mgeo_index.text.tagger import Tagger, TaggerConfig, tags_from_spans
 from mgeo_index.training.data import tagged_addresses
 
@@ -150,8 +152,7 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     return cfg.metrics
 
 
-ADMIN_LABELS = {"prov": 1, "city": 2, "district": 3, "town": 4}
-LEVEL_KEYS = {1: "province", 2: "city", 3: "district"}
+LEVEL_KEYS = {level: key for level, key in LEVELS.items() if level < 4}  # province, city, district
 
 
 def admin_accuracy(examples: list[Example], parse_fn, gazetteer) -> dict:
@@ -173,12 +174,12 @@ def admin_accuracy(examples: list[Example], parse_fn, gazetteer) -> dict:
     skipped = 0
     gold_rows = []
     for text, spans in examples:
-        mentions = [(text[s:e], ADMIN_LABELS[lab]) for lab, s, e in spans if lab in ADMIN_LABELS]
+        mentions = admin_mentions(text, spans)
         gold = gazetteer.resolve(mentions)
         if not mentions or gold["ambiguous"] or not gold["province_code"]:
             skipped += 1
             continue
-        gold_rows.append((text, spans, gold, {ADMIN_LABELS[lab] for lab, _, _ in spans if lab in ADMIN_LABELS}))
+        gold_rows.append((text, spans, gold, {level for _, level in mentions}))
     for name, (drop, needs) in scenarios.items():
         rows = [r for r in gold_rows if needs is None or needs in r[3]]
         texts = ["".join(text[s:e] for lab, s, e in spans if lab not in drop) for text, spans, _, _ in rows]
