@@ -15,6 +15,7 @@ from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
 from mgeo_index.text import normalize
+from mgeo_index.text.gazetteer import LEVELS
 
 _CJK = "\u4e00-\u9fff"
 # Order matters: each pattern consumes its span so later ones do not see it again.
@@ -170,8 +171,8 @@ PARSED_ELEMENTS = {
     "village": "village", "road": "road", "roadno": "roadno", "poi": "poi", "subpoi": "subpoi",
     "houseno": "building", "cellno": "unit", "floorno": "floor", "roomno": "room",
 }
-EXPLAIN_ORDER = ["province", "city", "district", "town", "village", "road", "roadno", "poi", "subpoi",
-                 "building", "unit", "floor", "room"]
+EXPLAIN_ORDER = list(dict.fromkeys(PARSED_ELEMENTS.values()))
+ADMIN_LEVEL_NAMES = tuple(LEVELS.values())  # compared by official code when both sides resolve
 
 
 def _spans(parsed: dict) -> dict[str, str]:
@@ -185,7 +186,8 @@ def _spans(parsed: dict) -> dict[str, str]:
 
 
 def _same(name: str, a: str, b: str) -> bool:
-    ca, cb = _core(name if name != "subpoi" else "poi", a), _core(name if name != "subpoi" else "poi", b)
+    kind = "poi" if name == "subpoi" else name
+    ca, cb = _core(kind, a), _core(kind, b)
     if name in ("poi", "subpoi"):
         return ca in cb or cb in ca or fuzz.ratio(ca, cb) >= 70
     if name == "village":
@@ -206,7 +208,7 @@ def explain_parsed(qa: dict, qb: dict) -> dict:
     rows = {}
     for name in EXPLAIN_ORDER:
         a, b, note = sa.get(name), sb.get(name), ""
-        if name in LEVEL_NAMES and admin_a.get(f"{name}_code") and admin_b.get(f"{name}_code"):
+        if name in ADMIN_LEVEL_NAMES and admin_a.get(f"{name}_code") and admin_b.get(f"{name}_code"):
             inferred = [side for side, adm in (("query", admin_a), ("candidate", admin_b)) if name in adm["inferred"]]
             a, b = admin_a[name], admin_b[name]
             state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
@@ -223,8 +225,6 @@ def explain_parsed(qa: dict, qb: dict) -> dict:
         rows[name] = {"state": state, "query": a, "candidate": b, "text": f"{name} {_STATE_TEXT[state]}{detail}{note}"}
     return rows
 
-
-LEVEL_NAMES = ("province", "city", "district", "town")
 
 
 def explain(a: str, b: str) -> dict:
