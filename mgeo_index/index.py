@@ -57,6 +57,7 @@ DEFAULT_NPROBE = 16
 DEFAULT_EF_SEARCH = 128
 
 _METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+_METRIC_NAMES = {v: k for k, v in _METRICS.items()}
 _FACTORY_EXAMPLES = "Flat, HNSW32, IVF4096,Flat, IVF4096,PQ32, IVF256,SQfp16"
 # faiss prints a warning when it has fewer than this many points per centroid.
 _POINTS_PER_CENTROID = 39
@@ -356,11 +357,12 @@ def remove(index: faiss.Index, ids: np.ndarray) -> faiss.Index:
     except RuntimeError:
         pass  # e.g. "not implemented for this type of index" (HNSW)
     cpu = to_cpu(index) if is_gpu_index(index) else index
-    kept = index_ids(cpu)
-    kept = kept[~np.isin(kept, drop)]
-    vectors = np.vstack([cpu.reconstruct(int(i)) for i in kept]) if kept.size else np.empty((0, cpu.d), np.float32)
+    present = index_ids(cpu)  # in insertion order, the order of the wrapped index's own vectors
+    keep = ~np.isin(present, drop)
+    vectors = _unwrap(cpu).reconstruct_n(0, cpu.ntotal)[keep] if cpu.ntotal else np.empty((0, cpu.d), np.float32)
+    kept = present[keep]
     factory = _factory_string(cpu) or "Flat"
-    fresh = make_index(cpu.d, factory, metric={v: k for k, v in _METRICS.items()}.get(int(cpu.metric_type), "ip"))
+    fresh = make_index(cpu.d, factory, metric=_METRIC_NAMES.get(int(cpu.metric_type), "ip"))
     add(fresh, vectors, kept)
     return fresh
 
@@ -499,7 +501,6 @@ def describe(index: faiss.Index) -> dict[str, Any]:
     other FAISS metric number), ``on_gpu``, ``type`` (FAISS class), plus ``nprobe``
     / ``nlist`` for IVF and ``ef_search`` for HNSW.
     """
-    metric_names = {v: k for k, v in _METRICS.items()}
     on_gpu = is_gpu_index(index)
     cpu = to_cpu(index) if on_gpu else index  # introspect one CPU copy
     info: dict[str, Any] = {
@@ -507,7 +508,7 @@ def describe(index: faiss.Index) -> dict[str, Any]:
         "dim": int(index.d),
         "factory": _factory_string(cpu),
         "is_trained": bool(index.is_trained),
-        "metric": metric_names.get(int(index.metric_type), int(index.metric_type)),
+        "metric": _METRIC_NAMES.get(int(index.metric_type), int(index.metric_type)),
         "on_gpu": on_gpu,
         "type": type(_unwrap(cpu)).__name__,
     }

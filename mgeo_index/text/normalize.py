@@ -68,7 +68,7 @@ def to_simplified(text: str) -> str:
     if converted == text:
         return text
     if len(converted) != len(text):  # a phrase changed length: convert character by character
-        converted = "".join(_t2s().convert(c) if len(_t2s().convert(c)) == 1 else c for c in text)
+        converted = "".join(new if len(new := _t2s().convert(c)) == 1 else c for c in text)
     return "".join(
         new if new != old and not _is_simplified(old) and _is_simplified(new) else old
         for old, new in zip(text, converted)

@@ -4,7 +4,7 @@ Tags are BIO over element labels (prov, city, district, town, community, road, r
 subpoi, houseno, cellno, floorno, roomno, redundant, …). Illegal BIO transitions (O → I-x,
 B-x → I-y) are forbidden in the CRF, so every decoded path is a well-formed list of spans.
 The shipped model lives in ``mgeo_index/text/tagger/`` (``model.safetensors`` + ``tagger.json``
-with the vocabulary, labels and sizes); ``mgeo-index train`` / ``scripts/train_tagger.py`` makes it.
+with the vocabulary, labels and sizes); ``scripts/train_tagger.py`` makes it.
 """
 from __future__ import annotations
 
