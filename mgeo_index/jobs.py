@@ -710,14 +710,11 @@ def _add_admin(chunk: Chunk, results: list[dict]) -> None:
     """Fill the admin columns from the parsed input addresses (one batched parse per chunk)."""
     from mgeo_index.text.parser import parse
 
-    valid = [(i, r.address) for i, r in enumerate(chunk.records) if r.reason is None]
-    parsed = parse([address for _, address in valid])
+    valid_rows = [i for i, r in enumerate(chunk.records) if r.reason is None]  # valid_addresses() order
     for res in results:
         res.update(dict.fromkeys(ADMIN_COLUMNS, ""))
-    for (i, _), p in zip(valid, parsed):
-        for level in ("province", "city", "district"):
-            results[i][f"admin_{level}"] = p["admin"][level] or ""
-            results[i][f"admin_{level}_code"] = p["admin"][f"{level}_code"] or ""
+    for i, p in zip(valid_rows, parse(chunk.valid_addresses())):
+        results[i].update({column: p["admin"][column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS})
 
 
 def list_jobs(index_dir: str | Path, db: str | None = None, limit: int | None = None) -> list[dict]:
