@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mgeo_index import engine, features, generations, settings
 from mgeo_index.match import _side
+from mgeo_index.text import printable
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Job
 
@@ -81,8 +82,8 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
     for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
         best = int(decided[i])
         result = {
-            "a": raw_a,
-            "b": raw_b,
+            "a": printable(raw_a),  # a lone surrogate (a "\ud800" escape) cannot be encoded back
+            "b": printable(raw_b),
             "label": labels[best],
             "probability": round(float(p[best]), 6),
             "probabilities": {label: round(float(v), 6) for label, v in zip(labels, p)},
