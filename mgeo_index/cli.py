@@ -771,6 +771,7 @@ def train(
     mlm_minutes: Annotated[float, typer.Option(help="Masked-LM pretraining budget.")] = 12.0,
     bi_minutes: Annotated[float, typer.Option(help="Bi-encoder contrastive training budget.")] = 10.0,
     cross_minutes: Annotated[float, typer.Option(help="Cross-encoder training budget.")] = 18.0,
+    precision: Annotated[str, typer.Option(help="auto (bf16 on CUDA or AVX512-BF16/AMX CPUs, else fp32), fp32 or bf16.")] = "auto",
     seed: int = 0,
 ) -> None:
     """Train the tokenizer, bi-encoder and cross-encoder from the shared data.
@@ -785,7 +786,7 @@ def train(
         raise typer.BadParameter(f"{data} has no pairs/ folder; point --data at the shared data folder.")
     metrics = run_training(
         TrainConfig(data_dir=data, out=out, mlm_minutes=mlm_minutes, bi_minutes=bi_minutes,
-                    cross_minutes=cross_minutes, seed=seed, log=err.print)
+                    cross_minutes=cross_minutes, precision=precision, seed=seed, log=err.print)
     )
     console.print_json(data={k: metrics[k] for k in ("ccks_dev", "shenzhen_dev", "ccks_dev_retrieval", "minutes")})
 
