@@ -39,6 +39,7 @@ BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")  # backends.BACKENDS, wi
 Backend = Annotated[str | None, typer.Option("--backend", help="CPU inference backend: torch, bf16, compile, int8 or onnx [env MGEO_INDEX_BACKEND; default: settings.DEFAULT_CPU_BACKEND, torch on CUDA].")]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
+RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) [default: 10].")]
 
 
 @app.callback()
@@ -295,6 +296,7 @@ def resolve(
     explain: Annotated[bool, typer.Option("--explain", help="Show which address elements agree or differ.")] = False,
     retrieval: Retrieval = "hybrid",
     admin_filter: AdminFilter = False,
+    rerank_depth: RerankDepth = None,
     batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 256,
     db: Db = None,
     model: Model = None,
@@ -316,7 +318,7 @@ def resolve(
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
             for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
-                                                                     admin_filter=admin_filter)):
+                                                                     admin_filter=admin_filter, rerank_depth=rerank_depth)):
                 query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
                 if as_json:
                     print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
@@ -509,6 +511,7 @@ def eval_retrieval(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     retrieval: Retrieval = "hybrid",
     admin_filter: AdminFilter = False,
+    rerank_depth: RerankDepth = None,
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,
@@ -525,7 +528,8 @@ def eval_retrieval(
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
-        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter)
+        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter,
+                                    rerank_depth=rerank_depth)
     if as_json:
         print(json.dumps(report))
         return

@@ -178,8 +178,12 @@ def score_pairs(
     max_tokens: int | None = None,
     max_batch: int = 512,
     on_batch: Callable[[int], None] | None = None,
+    features: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order."""
+    """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order.
+
+    ``features``: the pairs' :func:`~mgeo_index.features.pair_features_batch` rows, if the caller has them
+    (a stacked cross-encoder needs them; computed here otherwise)."""
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
     if not queries:
@@ -201,7 +205,7 @@ def score_pairs(
         on_batch=on_batch,
     )
     if stacked:
-        logits = cross.stacked_logits(torch.from_numpy(out), list(queries), list(candidates))
+        logits = cross.stacked_logits(torch.from_numpy(out), list(queries), list(candidates), features)
         out = kernels.softmax(logits).numpy()
     return out
 

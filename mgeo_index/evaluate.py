@@ -128,7 +128,7 @@ def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], 
 
 def evaluate_retrieval(
     resolver, queries: list[str], golds: list[list[str]], *, top_k: int = 10, retrieval: str = "hybrid",
-    admin_filter: bool = False,
+    admin_filter: bool = False, rerank_depth: int | None = None,
 ) -> dict:
     """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address.
 
@@ -147,12 +147,13 @@ def evaluate_retrieval(
         raise CatalogError("none of the gold addresses is in the index's catalog")
     queries = [queries[i] for i in keep]
     gold = [gold_sets[i] for i in keep]
-    report = {"queries": len(golds), "gold_in_catalog": len(keep), "method": retrieval, "admin_filter": admin_filter}
+    report = {"queries": len(golds), "gold_in_catalog": len(keep), "method": retrieval, "admin_filter": admin_filter,
+              "rerank_depth": rerank_depth}
     for name, rerank in (("retrieval", False), ("reranked", True)):
         ranked = []
         for start in range(0, len(queries), 256):
             for matches in resolver.resolve(queries[start : start + 256], top_k=top_k, rerank=rerank, retrieval=retrieval,
-                                            admin_filter=admin_filter):
+                                            admin_filter=admin_filter, rerank_depth=rerank_depth):
                 ranked.append([m["id"] for m in matches] + [-1] * (top_k - len(matches)))
         report[name] = retrieval_report(np.array(ranked), gold, ks=(1, 5, 10))
     return report

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from mgeo_index import backends, engine, features, generations, index as faiss_index, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -34,6 +35,9 @@ DENSE_WEIGHT = 0.5
 # MRR@10 0.804 / 0.809 / 0.802, recall@10 0.972 / 0.981 / 0.972); at 1.0 it lifts the pool recall@20
 # from 0.972 to 0.991 (dev: 0.961 → 0.974).
 CORE_WEIGHT = 0.5
+# Of that pool, the cross-encoder's network scores the RERANK_DEPTH most promising by its feature
+# head and retrieval alone (see Resolver._rerank); the network is ~90% of a query's time.
+RERANK_DEPTH = 10
 
 
 class ModelMismatch(Exception):
@@ -60,6 +64,7 @@ class Resolver:
         explain: bool = False,
         retrieval: str = "hybrid",
         admin_filter: bool = False,
+        rerank_depth: int | None = None,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
@@ -68,7 +73,8 @@ class Resolver:
         up to POOL_FACTOR·top_k candidates). ``explain`` adds, per
         match, which address elements agree or differ (:func:`features.explain`). ``admin_filter``
         drops candidates whose stored city (or district) code differs from the query's parsed one
-        when both are known (off by default: see README for what it does to recall).
+        when both are known (off by default: see README for what it does to recall). ``rerank_depth``:
+        how many of the pool the cross-encoder's network scores, at least ``top_k`` [RERANK_DEPTH].
         """
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
@@ -111,7 +117,7 @@ class Resolver:
                 ]
             )
         if reranking:
-            self._rerank(normalized, results)
+            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth))
         for matches in results:
             del matches[top_k:]
             for m in matches:
@@ -166,13 +172,36 @@ class Resolver:
                 out.append(None)
         return out
 
-    def _rerank(self, normalized: list[str], results: list[list[dict]]) -> None:
+    def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int) -> None:
+        """Score each query's candidates with the cross-encoder and sort them best first.
+
+        A stacked cross-encoder first cuts each pool to its ``depth`` most promising candidates by the
+        feature head alone (plus the retrieval share of the ranking key), so the network — nearly all
+        of a query's time — runs on those only; the features are computed once for both steps.
+        """
+        cross = self.cross
+        labels = cross.labels
+        exact, partial = labels.index("exact_match"), labels.index("partial_match")
         firsts = [q for q, matches in zip(normalized, results) for _ in matches]
         seconds = [m["_normalized"] for matches in results for m in matches]
-        probs = engine.score_pairs(self.cross, firsts, seconds, device=self.device)
-        labels = self.cross.labels
-        exact, partial = labels.index("exact_match"), labels.index("partial_match")
-        decided = self.cross.decide(probs)
+        pair_features = None
+        if cross.feature_head is not None:
+            pair_features = features.pair_features_batch(firsts, seconds)
+            if any(len(matches) > depth for matches in results):
+                logits = cross.feature_logits(torch.from_numpy(pair_features)).numpy()
+                prior = np.exp(logits[:, exact] - np.logaddexp.reduce(logits, axis=1))  # feature-only P(exact)
+                kept, start = [], 0
+                for matches in results:
+                    rows = range(start, start + len(matches))
+                    best = sorted(rows, key=lambda r: -(prior[r] + RETRIEVAL_WEIGHT * matches[r - start]["_fused"]))[:depth]
+                    best.sort()
+                    matches[:] = [matches[r - start] for r in best]
+                    kept += best
+                    start = rows.stop
+                firsts, seconds = [firsts[r] for r in kept], [seconds[r] for r in kept]
+                pair_features = pair_features[kept]
+        probs = engine.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
+        decided = cross.decide(probs)
         row = 0
         for matches in results:
             for m in matches:

@@ -185,3 +185,34 @@ def test_admin_filter_drops_candidates_in_another_city(built):
     cities = {i: e["city_code"] for i, e in store.get_elements(engine, [m["id"] for m in plain + filtered]).items()}
     assert any(cities[m["id"]] not in (None, "320100") for m in plain)
     assert filtered and all(cities[m["id"]] in (None, "320100") for m in filtered)
+
+
+def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkeypatch):
+    from mgeo_index import engine as engine_mod
+
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    assert resolver.cross.feature_head is not None  # the shipped cross-encoder is stacked
+    scored = []
+    real = engine_mod.score_pairs
+
+    def counting(cross, firsts, seconds, **kw):
+        scored.append(len(firsts))
+        assert kw["features"] is not None and len(kw["features"]) == len(firsts)  # computed once, reused
+        return real(cross, firsts, seconds, **kw)
+
+    monkeypatch.setattr(engine_mod, "score_pairs", counting)
+    queries = ["深圳南山中山路７５号东方科技园９号楼", "北京海淀燕园街道东风路127号东方大厦"]
+    full = resolver.resolve(queries, top_k=5, rerank_depth=10)  # the whole pool of 2 × 5
+    cut = resolver.resolve(queries, top_k=5, rerank_depth=5)
+    assert scored == [20, 10]
+    assert [m[0]["source_id"] for m in cut] == ["P0001", "P0003"]
+    for whole, part in zip(full, cut):
+        assert len(part) == 5
+        # every candidate the cut kept carries the same probabilities as in the full rerank
+        by_id = {m["id"]: m["probabilities"] for m in whole}
+        for m in part:
+            if m["id"] in by_id:
+                assert m["probabilities"] == pytest.approx(by_id[m["id"]], abs=2e-3)
+    resolver.resolve(queries, top_k=5, rerank_depth=1)  # never fewer than top_k
+    assert scored[-1] == 10

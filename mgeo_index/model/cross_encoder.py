@@ -70,15 +70,22 @@ class CrossEncoder(torch.nn.Module):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).logits
 
-    def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str]) -> torch.Tensor:
-        """Combine network logits (B, 3) with the feature head's logits for the same pairs."""
-        from mgeo_index.features import pair_features_batch
-
-        features = torch.from_numpy(pair_features_batch(first, second))
+    def feature_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """``beta · feature_head + bias``: the stacked scorer without its network term (cheap: the
+        resolver prescreens its candidate pool with it before running the network)."""
         with torch.inference_mode():
             feature_logits = self.feature_head(features)
-        bias = torch.tensor(self.stack["bias"], dtype=torch.float32)
-        return self.stack["alpha"] * logits.float().cpu() + self.stack["beta"] * feature_logits + bias
+        return self.stack["beta"] * feature_logits + torch.tensor(self.stack["bias"], dtype=torch.float32)
+
+    def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
+                       features: np.ndarray | None = None) -> torch.Tensor:
+        """Combine network logits (B, 3) with the feature head's logits for the same pairs
+        (``features``: their :func:`~mgeo_index.features.pair_features_batch`, when already computed)."""
+        from mgeo_index.features import pair_features_batch
+
+        if features is None:
+            features = pair_features_batch(first, second)
+        return self.stack["alpha"] * logits.float().cpu() + self.feature_logits(torch.from_numpy(features))
 
     def save(self, path: str | Path, *, half: bool = True) -> None:
         path = Path(path)
