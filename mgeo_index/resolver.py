@@ -17,6 +17,7 @@ from mgeo_index import backends, engine, features, generations, index as faiss_i
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
+from mgeo_index.text.parser import parse, parser_version
 
 # Reranked order: P(exact_match) plus a share of the fused retrieval score (relative to the best
 # candidate's), which breaks the reranker's near-ties. Chosen on the CCKS calibration split (116
@@ -95,8 +96,10 @@ class Resolver:
                 rankings.append(self.sparse.search([features.without_admin(q) for q in normalized], depth)[1])
                 weights.append(CORE_WEIGHT)
         candidates = sparse_index.fuse(rankings, depth, weights)
+        stacked = reranking and self.cross.feature_head is not None
+        query_parses = parse(normalized) if admin_filter or explain or stacked else None
         if admin_filter:
-            candidates = self._same_admin(normalized, candidates)
+            candidates = self._same_admin(query_parses, candidates)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
         results: list[list[dict]] = []
         for query, vector, row in zip(normalized, vectors, candidates):
@@ -116,26 +119,41 @@ class Resolver:
                     for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row]))
                 ]
             )
+        # per query: (its parse, {entry id: parse}), for the stacked scorer and explanations
+        parsed = self._parses(query_parses, results) if explain or stacked else None
         if reranking:
-            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth))
+            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth), parsed)
         for matches in results:
             del matches[top_k:]
             for m in matches:
                 m.pop("_fused")
         if explain:
-            self._explain(normalized, results)
+            for (query, candidates), matches in zip(parsed, results):
+                for m in matches:
+                    m["explain"] = features.explain_parsed(query, candidates[m["id"]])
         for matches in results:
             for m in matches:
                 m.pop("_normalized")
         return results
 
-    def _same_admin(self, normalized: list[str], candidates: list[list[tuple[int, float]]]):
-        """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction)."""
-        from mgeo_index.text.parser import parse
+    def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
+        """Each query's parse with its candidates' parses: read from the store (written by ``build``),
+        parsed now for entries built before that existed or by another parser version."""
+        stored = store.get_elements(self.engine, [m["id"] for matches in results for m in matches])
+        current = parser_version()
+        known = {i: e for i, e in stored.items() if e["parser"] == current}
+        missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
+        fresh = dict(zip(missing, parse(missing)))
+        return [
+            (query, {m["id"]: known.get(m["id"]) or fresh[m["_normalized"]] for m in matches})
+            for query, matches in zip(query_parses, results)
+        ]
 
+    def _same_admin(self, query_parses: list[dict], candidates: list[list[tuple[int, float]]]):
+        """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction)."""
         stored = store.get_elements(self.engine, [i for row in candidates for i, _ in row])
         out = []
-        for query, row in zip(parse(normalized), candidates):
+        for query, row in zip(query_parses, candidates):
             admin = query["admin"]
             keep = []
             for i, fused in row:
@@ -149,19 +167,6 @@ class Resolver:
             out.append(keep)
         return out
 
-    def _explain(self, normalized: list[str], results: list[list[dict]]) -> None:
-        """Per match, the element comparison: queries parsed in one batch, candidates' parses read
-        from the store (written by ``build``; parsed now for entries built before that existed)."""
-        from mgeo_index.text.parser import parse
-
-        stored = store.get_elements(self.engine, [m["id"] for matches in results for m in matches])
-        missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in stored})
-        fresh = dict(zip(missing, parse(missing)))
-        for query, matches in zip(parse(normalized), results):
-            for m in matches:
-                candidate = stored.get(m["id"]) or fresh[m["_normalized"]]
-                m["explain"] = features.explain_parsed(query, candidate)
-
     def _cosines(self, vector: np.ndarray, ids: list[int]) -> list[float | None]:
         """Dense cosine of the query with each candidate (stored vectors; None where FAISS cannot say)."""
         out: list[float | None] = []
@@ -172,12 +177,14 @@ class Resolver:
                 out.append(None)
         return out
 
-    def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int) -> None:
+    def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int,
+                parsed: list[tuple[dict, dict[int, dict]]] | None) -> None:
         """Score each query's candidates with the cross-encoder and sort them best first.
 
         A stacked cross-encoder first cuts each pool to its ``depth`` most promising candidates by the
         feature head alone (plus the retrieval share of the ranking key), so the network — nearly all
-        of a query's time — runs on those only; the features are computed once for both steps.
+        of a query's time — runs on those only; the features are computed once for both steps, from
+        the ``parsed`` queries and candidates (:meth:`_parses`).
         """
         cross = self.cross
         labels = cross.labels
@@ -186,7 +193,11 @@ class Resolver:
         seconds = [m["_normalized"] for matches in results for m in matches]
         pair_features = None
         if cross.feature_head is not None:
-            pair_features = features.pair_features_batch(firsts, seconds)
+            pair_features = features.pair_features_batch(
+                firsts, seconds,
+                [query for (query, _), matches in zip(parsed, results) for _ in matches],
+                [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
+            )
             if any(len(matches) > depth for matches in results):
                 logits = cross.feature_logits(torch.from_numpy(pair_features)).numpy()
                 prior = np.exp(logits[:, exact] - np.logaddexp.reduce(logits, axis=1))  # feature-only P(exact)

@@ -1,7 +1,7 @@
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
-from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, explain_parsed, extract_elements, pair_features, without_admin
+from mgeo_index.features import FEATURE_NAMES, compare_elements, explain, explain_parsed, extract_elements, pair_features_batch, without_admin
 
 
 def test_extracts_admin_road_number_building_poi():
@@ -63,16 +63,33 @@ def test_explain_parses_both_addresses():
 
 
 def test_identical_addresses_have_maximal_similarity():
-    f = dict(zip(FEATURE_NAMES, pair_features("北京市朝阳区建国路88号", "北京市朝阳区建国路88号")))
+    (row,) = pair_features_batch(["北京市朝阳区建国路88号"], ["北京市朝阳区建国路88号"])
+    f = dict(zip(FEATURE_NAMES, row))
     assert f["ratio"] == f["jaccard2"] == f["numbers_jaccard"] == f["len_ratio"] == 1.0
     assert f["roadno_agree"] == 1.0 and f["roadno_differ"] == f["roadno_only_a"] == 0.0
     assert f["b_in_a"] == f["a_in_b"] == 1.0
+    # the parsed comparison: the same rows explain_parsed shows
+    assert f["district_parsed_agree"] == f["road_parsed_agree"] == f["roadno_parsed_agree"] == 1.0
+    assert f["roadno_parsed_ratio"] == 1.0 and f["centroids_known"] == 1.0 and f["centroid_log_km"] == 0.0
+
+
+def test_parsed_features_see_inferred_admin_levels_and_distance():
+    a, b, c = "深圳南山中山路75号", "广东省深圳市南山区中山路75号", "杭州市西湖区中山路75号"
+    same, far = (dict(zip(FEATURE_NAMES, row)) for row in pair_features_batch([a, a], [b, c]))
+    assert same["city_parsed_agree"] == 1.0  # 深圳 resolves to 深圳市 on both sides
+    assert same["province_parsed_agree"] == 1.0  # inferred for the query
+    assert far["city_parsed_differ"] == 1.0 and far["roadno_parsed_agree"] == 1.0
+    assert same["centroid_log_km"] == 0.0 < 0.7 < far["centroid_log_km"] <= 1.0  # Shenzhen–Hangzhou ≈ 1,000 km
+    # given parses are used as they are; missing ones are parsed in the same batch
+    from mgeo_index.text.parser import parse
+
+    np.testing.assert_array_equal(pair_features_batch([a], [c], parse([a]), parse([c])), pair_features_batch([a], [c]))
 
 
 @given(st.text(max_size=40), st.text(max_size=40))
 @hsettings(max_examples=200, deadline=None)
 def test_features_are_finite_and_bounded_for_any_text(a, b):
-    f = pair_features(a, b)
+    (f,) = pair_features_batch([a], [b])
     assert f.shape == (len(FEATURE_NAMES),) and f.dtype == np.float32
     assert np.isfinite(f).all() and (f >= 0).all() and (f <= 1).all()
 

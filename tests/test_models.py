@@ -78,3 +78,17 @@ def test_decision_offsets_choose_the_label_and_survive_save_and_load(tiny_model_
     assert loaded.decision_offsets == cross.decision_offsets
     # log 0.30 + 0.5 > log 0.45: the offset turns the first row into exact_match; the second stays
     assert [loaded.labels[i] for i in loaded.decide(probs)] == ["exact_match", "not_match"]
+
+
+def test_averaged_feature_heads_give_the_mean_of_their_logits():
+    import torch
+
+    from mgeo_index.model.cross_encoder import FeatureHead, average_heads
+
+    torch.manual_seed(0)
+    heads = [FeatureHead(7, 5).eval() for _ in range(3)]
+    x = torch.randn(11, 7)
+    merged = average_heads(heads)
+    assert merged.net[0].out_features == 15
+    with torch.no_grad():
+        torch.testing.assert_close(merged(x), torch.stack([h(x) for h in heads]).mean(0), atol=1e-6, rtol=1e-5)

@@ -44,6 +44,21 @@ class FeatureHead(nn.Module):
         return self.net(features)
 
 
+def average_heads(heads: list[FeatureHead]) -> FeatureHead:
+    """One :class:`FeatureHead` whose logits are exactly the mean of ``heads``' logits: their hidden
+    layers side by side (block-diagonal middle layer), so an ensemble ships and loads as a plain head."""
+    first, middle, last = ([h.net[i] for h in heads] for i in (0, 2, 4))
+    merged = FeatureHead(first[0].in_features, sum(layer.out_features for layer in first), last[0].out_features)
+    with torch.no_grad():
+        merged.net[0].weight.copy_(torch.cat([layer.weight for layer in first]))
+        merged.net[0].bias.copy_(torch.cat([layer.bias for layer in first]))
+        merged.net[2].weight.copy_(torch.block_diag(*[layer.weight for layer in middle]))
+        merged.net[2].bias.copy_(torch.cat([layer.bias for layer in middle]))
+        merged.net[4].weight.copy_(torch.cat([layer.weight for layer in last], dim=1) / len(heads))
+        merged.net[4].bias.copy_(torch.stack([layer.bias for layer in last]).mean(0))
+    return merged.eval()
+
+
 class CrossEncoder(torch.nn.Module):
     def __init__(self, model, tokenizer, *, max_length: int = 128, temperature: float = 1.0):
         super().__init__()
@@ -103,7 +118,9 @@ class CrossEncoder(torch.nn.Module):
         self.path = str(path.resolve())
 
 
-def load_cross_encoder(path: str | Path) -> CrossEncoder:
+def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncoder:
+    """Load a cross-encoder directory; ``stacked=False`` leaves out its feature head and stack (the
+    network alone, e.g. to fit a new head after the features changed)."""
     path = Path(path)
     manifest = read_manifest(path, KIND)
     quiet_transformers()
@@ -121,11 +138,16 @@ def load_cross_encoder(path: str | Path) -> CrossEncoder:
         max_length=manifest.get("max_length", 128),
         temperature=float(manifest.get("temperature", 1.0)),
     )
-    if manifest.get("stack"):
+    if stacked and manifest.get("stack"):
         from mgeo_index.features import FEATURE_NAMES
+        from mgeo_index.text.parser import parser_version
 
+        refit = f"refit it: python scripts/recalibrate.py --model {path}"
         if manifest["stack"].get("features") != list(FEATURE_NAMES):
-            raise ModelError(f"{path}: its feature head was trained on other features than this version computes; retrain it.")
+            raise ModelError(f"{path}: its feature head was trained on other features than this version computes; {refit}")
+        if manifest["stack"].get("parser") != parser_version():
+            raise ModelError(f"{path}: its feature head was trained on the parses of {manifest['stack'].get('parser')}, "
+                             f"but this version parses with {parser_version()}; {refit}")
         state = load_file(path / FEATURE_HEAD)
         cross.feature_head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0]).eval()
         cross.feature_head.load_state_dict(state)

@@ -1,0 +1,37 @@
+"""Calibrate an existing cross-encoder again on the shared data's calibration split, in place.
+
+`mgeo-index train` ends with this step; run it alone when the features or the parser changed (the
+model then refuses to load and names this script), or after swapping in another network:
+temperature, the feature head and its stacking weights, and the label decision offsets.
+`--decision-only` refits just the decision offsets. `--metrics` records the new calibration, the
+dev-split figures and the new fingerprint in that metrics.json (the shipped model's, for instance).
+
+    python scripts/recalibrate.py --model mgeo_index/model/default/cross --data ../shared/data \
+        --metrics mgeo_index/model/default/metrics.json
+"""
+import argparse
+import datetime
+import json
+from pathlib import Path
+
+from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.training import data
+from mgeo_index.training.train import evaluate_pairs, recalibrate
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--model", type=Path, required=True, help="cross-encoder directory (rewritten in place)")
+parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="the shared data folder")
+parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets")
+parser.add_argument("--metrics", type=Path, help="metrics.json to update with the calibration and dev figures")
+args = parser.parse_args()
+stats = recalibrate(args.model, args.data, decision_only=args.decision_only)
+print(json.dumps(stats, ensure_ascii=False))
+if args.metrics:
+    metrics = json.loads(args.metrics.read_text())
+    cross = load_cross_encoder(args.model)
+    metrics["stages"]["calibration"].update(stats, refitted=f"scripts/recalibrate.py, {datetime.date.today()}")
+    metrics["ccks_dev"] = evaluate_pairs(cross, data.ccks_pairs(args.data))
+    metrics["shenzhen_dev"] = evaluate_pairs(cross, data.shenzhen_pairs(args.data))
+    metrics["fingerprints"]["cross"] = cross.fingerprint
+    args.metrics.write_text(json.dumps(metrics, ensure_ascii=False, indent=2) + "\n")
+    print(json.dumps({k: metrics[k]["macro_f1"] for k in ("ccks_dev", "shenzhen_dev")}))
