@@ -143,7 +143,7 @@ class Resolver:
         current = parser_version()
         known = {i: e for i, e in stored.items() if e["parser"] == current}
         missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
-        fresh = dict(zip(missing, parse(missing)))
+        fresh = dict(zip(missing, parse(missing))) if missing else {}
         return [
             (query, {m["id"]: known.get(m["id"]) or fresh[m["_normalized"]] for m in matches})
             for query, matches in zip(query_parses, results)
