@@ -189,6 +189,11 @@ def score_pairs(
     if not queries:
         return np.empty((0, len(cross.labels)), dtype=np.float32)
     stacked = getattr(cross, "feature_head", None) is not None
+    if stacked and not cross.uses_network:  # the feature head alone: the transformer has no weight
+        logits = cross.stacked_logits(torch.zeros(len(queries), len(cross.labels)), list(queries), list(candidates), features)
+        if on_batch is not None:
+            on_batch(len(queries))
+        return kernels.softmax(logits).numpy()
     out = _run(
         cross,
         cross.tokenizer,

@@ -198,7 +198,7 @@ class Resolver:
                 [query for (query, _), matches in zip(parsed, results) for _ in matches],
                 [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
             )
-            if any(len(matches) > depth for matches in results):
+            if cross.uses_network and any(len(matches) > depth for matches in results):
                 logits = cross.feature_logits(torch.from_numpy(pair_features)).numpy()
                 prior = np.exp(logits[:, exact] - np.logaddexp.reduce(logits, axis=1))  # feature-only P(exact)
                 kept, start = [], 0

@@ -193,6 +193,8 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
     index_dir, _ = built
     resolver = open_resolver(index_dir)
     assert resolver.cross.feature_head is not None  # the shipped cross-encoder is stacked
+    # give the network a weight, as a calibration that found it useful would (the shipped one may not)
+    resolver.cross.stack = dict(resolver.cross.stack, alpha=0.2)
     scored = []
     real = engine_mod.score_pairs
 
@@ -216,3 +218,18 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
                 assert m["probabilities"] == pytest.approx(by_id[m["id"]], abs=2e-3)
     resolver.resolve(queries, top_k=5, rerank_depth=1)  # never fewer than top_k
     assert scored[-1] == 10
+
+
+def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, monkeypatch):
+    from mgeo_index import engine as engine_mod
+
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    resolver.cross.stack = dict(resolver.cross.stack, alpha=0.0)
+    seen = []
+    real = engine_mod.score_pairs
+    monkeypatch.setattr(engine_mod, "score_pairs", lambda cross, f, s, **kw: seen.append(len(f)) or real(cross, f, s, **kw))
+    monkeypatch.setattr(resolver.cross.model, "forward", lambda *a, **k: pytest.fail("the transformer ran"))
+    (matches,) = resolver.resolve(["深圳南山中山路７５号东方科技园９号楼"], top_k=5)
+    assert seen == [10]  # no prescreen cut: the feature head is the whole scorer
+    assert matches[0]["source_id"] == "P0001" and len(matches) == 5

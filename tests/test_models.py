@@ -92,3 +92,29 @@ def test_averaged_feature_heads_give_the_mean_of_their_logits():
     assert merged.net[0].out_features == 15
     with torch.no_grad():
         torch.testing.assert_close(merged(x), torch.stack([h(x) for h in heads]).mean(0), atol=1e-6, rtol=1e-5)
+
+
+def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
+    import torch
+
+    from mgeo_index.features import pair_features_batch
+    from mgeo_index.model.cross_encoder import FeatureHead
+
+    cross = load_cross_encoder(tiny_model_dirs[1])
+    torch.manual_seed(0)
+    cross.feature_head = FeatureHead(len(pair_features_batch(["a"], ["b"])[0])).eval()
+    cross.stack = {"alpha": 0.0, "beta": 1.3, "bias": [0.1, 0.0, -0.1]}
+    assert not cross.uses_network
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the transformer ran")
+
+    cross.model.forward = forbidden
+    a, b = ["北京市朝阳区建国路88号", "深圳南山中山路75号"], ["北京朝阳建国路88号", "广州市天河区中山大道西1号"]
+    probs = engine.score_pairs(cross, a, b)
+    with torch.no_grad():
+        expected = torch.softmax(1.3 * cross.feature_head(torch.from_numpy(pair_features_batch(a, b))) + torch.tensor([0.1, 0.0, -0.1]), -1)
+    np.testing.assert_allclose(probs, expected.numpy(), atol=1e-6)
+    cross.stack["alpha"] = 0.5
+    with pytest.raises(AssertionError, match="the transformer ran"):
+        engine.score_pairs(cross, a, b)

@@ -100,3 +100,11 @@ def test_decision_offsets_raise_macro_f1_of_an_underpredicted_class():
     before = classification_report(gold, probs.argmax(1), labels)["macro_f1"]
     after = classification_report(gold, np.argmax(np.log(probs) + offsets, 1), labels)["macro_f1"]
     assert after > before + 0.02
+
+
+def test_the_network_must_earn_its_running_time():
+    from mgeo_index.training.train import NETWORK_MIN_GAIN, choose_scorer
+
+    assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.45}) == "stacked"
+    assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.40 + NETWORK_MIN_GAIN / 2}) == "features"
+    assert choose_scorer({"network": 0.30, "stacked": 0.40, "features": 0.45}) == "network"

@@ -85,6 +85,12 @@ class CrossEncoder(torch.nn.Module):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).logits
 
+    @property
+    def uses_network(self) -> bool:
+        """False for a stacked scorer whose calibration gave the network no weight (``alpha`` 0): the
+        transformer is then never run and the feature head scores alone."""
+        return self.stack is None or self.stack["alpha"] != 0.0
+
     def feature_logits(self, features: torch.Tensor) -> torch.Tensor:
         """``beta · feature_head + bias``: the stacked scorer without its network term (cheap: the
         resolver prescreens its candidate pool with it before running the network)."""

@@ -456,11 +456,13 @@ def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: li
 
 def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[data.Pair], *, seed: int = 0,
               heads: int = 5) -> dict:
-    """Temperature of the network alone, then the stacked scorer; keep whichever fits calib better.
+    """Temperature of the network alone, the stacked scorer, and the feature head alone; keep whichever
+    fits calib best (:func:`choose_scorer`: the network must earn its running time).
 
     The feature head: the average of ``heads`` seeds trained on the train split (one seed's dev
-    macro-F1 varies by ±0.01; their mean less). Then the label decision offsets, fitted for macro-F1 on the calibration split of
-    ``decision_pairs`` (the three-way CCKS pairs: the binary Shenzhen pairs have no partial class).
+    macro-F1 varies by ±0.01; their mean less). Then the label decision offsets, fitted for macro-F1
+    on the calibration split of ``decision_pairs`` (the three-way CCKS pairs: the binary Shenzhen
+    pairs have no partial class).
     """
     from mgeo_index.text.parser import parser_version
 
@@ -477,18 +479,41 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
         feature_logits = head(x_calib).double().numpy()
     head_nll = float(F.cross_entropy(torch.tensor(feature_logits), torch.tensor(gold)))
     stack = fit_stack(network_logits, feature_logits, gold) | {"parser": parser_version()}
-    nll_network = float(F.cross_entropy(torch.tensor(network_logits / temperature), torch.tensor(gold)))
-    combined = stack["alpha"] * network_logits + stack["beta"] * feature_logits + np.array(stack["bias"])
-    nll_stacked = float(F.cross_entropy(torch.tensor(combined), torch.tensor(gold)))
+    # the feature head alone: the same fit with the network's logits left out (alpha 0)
+    features_only = fit_stack(np.zeros_like(network_logits), feature_logits, gold) | {"alpha": 0.0, "parser": parser_version()}
+    nll = {
+        "network": float(F.cross_entropy(torch.tensor(network_logits / temperature), torch.tensor(gold))),
+        "stacked": _stack_nll(stack, network_logits, feature_logits, gold),
+        "features": _stack_nll(features_only, network_logits, feature_logits, gold),
+    }
+    scorer = choose_scorer(nll)
     cross.temperature = temperature
-    if nll_stacked < nll_network:
-        cross.feature_head, cross.stack = head, stack
+    if scorer != "network":
+        cross.feature_head, cross.stack = head, stack if scorer == "stacked" else features_only
     fit_decision(cross, _cross_examples(decision_pairs, "calib"))
-    return {"temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll_network,
-            "calib_nll_features": head_nll, "feature_heads": heads,
-            "calib_nll_stacked": nll_stacked, "stacked": cross.feature_head is not None,
-            "stack": {k: v for k, v in stack.items() if k != "features"},
+    return {"temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll["network"],
+            "calib_nll_feature_head": head_nll, "feature_heads": heads, "calib_nll_stacked": nll["stacked"],
+            "calib_nll_features_only": nll["features"], "scorer": scorer,
+            "stack": {k: v for k, v in (cross.stack or stack).items() if k != "features"},
             "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
+
+
+# Calib NLL (nats) the transformer must save over the feature head alone to be run at all: it is
+# nearly all of a pair's scoring time.
+NETWORK_MIN_GAIN = 0.005
+
+
+def choose_scorer(nll: dict[str, float]) -> str:
+    """"network" (alone, temperature-scaled), "stacked" (network + feature head) or "features" (the
+    feature head alone, alpha 0: the network is never run), by calibration NLL."""
+    if nll["network"] < min(nll["stacked"], nll["features"]):
+        return "network"
+    return "stacked" if nll["stacked"] <= nll["features"] - NETWORK_MIN_GAIN else "features"
+
+
+def _stack_nll(stack: dict, network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.ndarray) -> float:
+    combined = stack["alpha"] * network_logits + stack["beta"] * feature_logits + np.array(stack["bias"])
+    return float(F.cross_entropy(torch.tensor(combined), torch.tensor(gold)))
 
 
 def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.arange(-1.0, 2.001, 0.1)) -> list[float]:
