@@ -529,7 +529,7 @@ def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.ar
     for a in grid:
         for b in grid:
             offsets = [0.0] * len(labels)
-            offsets[exact], offsets[partial] = round(float(a), 3), round(float(b), 3)
+            offsets[exact], offsets[partial] = round(float(a), 3) + 0.0, round(float(b), 3) + 0.0  # no -0.0
             f1 = classification_report(gold, np.argmax(logp + offsets, 1), labels)["macro_f1"]
             if (f1, -abs(a) - abs(b)) > best[:2]:
                 best = (f1, -abs(a) - abs(b), offsets)
