@@ -20,9 +20,11 @@ from mgeo_index import kernels
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Tokens per batch (padded size). On the CPU smaller batches stay in cache: with int8 on one thread, 4,096
-# tokens encoded 1.7× and scored pairs 2.0× faster than 16,384 in the same run (README, `mgeo-index bench`).
+# tokens encoded 1.7× and scored pairs 2.0× faster than 16,384 in the same run (README, `mgeo-index bench`);
+# 2,048 against 4,096 (best of 4 interleaved rounds, 2,000 CCKS addresses / 1,000 pairs): 1 thread
+# encode 1.08×, pairs 1.25×; 2 threads 1.01× / 1.10×; 1,024 was no better.
 GPU_MAX_TOKENS = 16384
-CPU_MAX_TOKENS = 4096
+CPU_MAX_TOKENS = 2048
 
 
 def length_sorted_batches(lengths: Sequence[int], *, max_tokens: int = 16384, max_batch: int = 512) -> list[np.ndarray]:

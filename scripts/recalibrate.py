@@ -29,7 +29,8 @@ print(json.dumps(stats, ensure_ascii=False))
 if args.metrics:
     metrics = json.loads(args.metrics.read_text())
     cross = load_cross_encoder(args.model)
-    metrics["stages"]["calibration"].update(stats, refitted=f"scripts/recalibrate.py, {datetime.date.today()}")
+    stage = metrics["stages"]["calibration"] if args.decision_only else {}  # a full refit replaces the stage
+    metrics["stages"]["calibration"] = stage | stats | {"refitted": f"scripts/recalibrate.py, {datetime.date.today()}"}
     metrics["ccks_dev"] = evaluate_pairs(cross, data.ccks_pairs(args.data))
     metrics["shenzhen_dev"] = evaluate_pairs(cross, data.shenzhen_pairs(args.data))
     metrics["fingerprints"]["cross"] = cross.fingerprint
