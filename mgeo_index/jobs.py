@@ -553,6 +553,8 @@ def normalize_file(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
+        # recorded, not compared on resume: backends agree on labels, probabilities to about 1e-3
+        "backend": getattr(getattr(resolver, "bi", None), "backend", None) or settings.backend(device=settings.device(device)),
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 

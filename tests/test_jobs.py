@@ -139,6 +139,7 @@ def test_every_row_once_in_order_with_rejects(index_dir, job_input, reference):
     assert job["status"] == "complete" and job["rows_done"] == len(rows)
     assert job["parts_done"] == -(-len(rows) // CHUNK)
     assert job["input_fingerprint"].startswith("sha256:") and job["build_id"] and job["cross_model_fingerprint"]
+    assert job["params"]["backend"] == settings.backend(device="cpu")  # the inference backend the job ran with
     assert not list(out.parent.glob(".*parts"))  # parts removed once complete
 
 
