@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import backends, engine, features, generations, index as faiss_index, settings, sparse as sparse_index, store
+from mgeo_index import backends, engine, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import normalize
@@ -199,8 +199,8 @@ class Resolver:
                 [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
             )
             if cross.uses_network and any(len(matches) > depth for matches in results):
-                logits = cross.feature_logits(torch.from_numpy(pair_features)).numpy()
-                prior = np.exp(logits[:, exact] - np.logaddexp.reduce(logits, axis=1))  # feature-only P(exact)
+                # feature-only P(exact), through the one softmax dispatch point the scorer uses
+                prior = kernels.softmax(cross.feature_logits(torch.from_numpy(pair_features)))[:, exact].numpy()
                 kept, start = [], 0
                 for matches in results:
                     rows = range(start, start + len(matches))
