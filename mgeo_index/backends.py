@@ -53,6 +53,14 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     return model
 
 
+def ensure(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
+    """:func:`apply` backend ``name``; without one, the default only where the model has no backend yet
+    (a model passed in already set up keeps its own)."""
+    if name is not None or getattr(model, "backend", None) is None:
+        apply(model, name, device=device)
+    return model
+
+
 def _quantized(model: torch.nn.Module) -> torch.nn.Module:
     """A copy whose Linear layers compute in int8 with per-batch activation scales."""
     from torch.ao.quantization import quantize_dynamic

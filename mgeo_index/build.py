@@ -129,8 +129,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
     device = settings.device(device)
     bi.to(device)
-    if backend is not None or getattr(bi, "backend", None) is None:  # a model passed in keeps its backend
-        backends.apply(bi, backend, device=device)
+    backends.ensure(bi, backend, device=device)
     faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     reader = read_catalog(
         catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2, chunk_size=chunk_size

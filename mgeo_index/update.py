@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import generations, settings, store
+from mgeo_index import backends, generations, settings, store
 from mgeo_index.build import BuildResult, Progress, build
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -51,13 +51,13 @@ def _factory_for(index_dir: Path, generation: dict | None) -> str:
 def _republish(engine, index_dir: Path, db_url: str, catalog: str, catalog_id: int, generation: dict | None, *,
                model, device: str | None, kind: str, **publish_args) -> generations.Published:
     """A new generation derived from the current one, recorded as a build of ``kind`` (failed if it fails)."""
-    bi = _model_for(generation, model)
     device = settings.device(device)
+    bi = backends.ensure(_model_for(generation, model).to(device), device=device)  # as build embeds
     factory = _factory_for(index_dir, generation)
     build_id = store.start_build(engine, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     try:
         return generations.publish(engine, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id,
-                                   bi=bi.to(device), factory=factory, device=device, db_url=db_url, kind=kind,
+                                   bi=bi, factory=factory, device=device, db_url=db_url, kind=kind,
                                    **publish_args)
     except BaseException as exc:
         store.fail_build(engine, build_id, f"{type(exc).__name__}: {exc}")
