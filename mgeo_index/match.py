@@ -16,9 +16,22 @@ from mgeo_index.text import normalize
 PAIR_COLUMNS = ("a", "b")
 
 
-def _side(text: str) -> str:
+def side(text: str) -> str:
     """One side of a pair as the cross-encoder sees it (normalized, cut to ``settings.MAX_QUERY_CHARS``)."""
     return normalize(text)[: settings.MAX_QUERY_CHARS]
+
+
+def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False):
+    """(probabilities, decided label indices, per pair :func:`features.explain_parsed` or None) for pairs
+    of :func:`side` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
+    and for the explanations alike, so an explanation describes the text that was scored."""
+    n = len(a)
+    stacked = cross.feature_head is not None
+    parsed = features.parse_distinct(a + b) if n and (explain or stacked) else None
+    pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
+    probs = engine.score_pairs(cross, a, b, device=device, features=pair_features)
+    explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
+    return probs, cross.decide(probs), explained
 
 
 @dataclass
@@ -70,18 +83,13 @@ def match_file(
 
             def flush() -> None:
                 valid = [(line, row) for line, row in chunk if row["_ok"]]
-                probs = engine.score_pairs(
-                    cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device
+                probs, decided, explanations = score_sides(
+                    cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device,
+                    explain=explain,
                 )
-                decided = cross.decide(probs)
                 by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
-                if explain:  # both sides of the chunk parsed in one batch
-                    from mgeo_index.text.parser import parse
-
-                    parsed = parse([r["a"][: 4 * settings.MAX_QUERY_CHARS] for _, r in valid]
-                                   + [r["b"][: 4 * settings.MAX_QUERY_CHARS] for _, r in valid])
-                    half = len(valid)
-                    explained = {line: features.explain_parsed(parsed[i], parsed[half + i]) for i, (line, _) in enumerate(valid)}
+                if explain:
+                    explained = {line: e for (line, _), e in zip(valid, explanations or [])}
                 for line, row in chunk:
                     p, d = by_line.get(line, (None, None))
                     if p is not None:
@@ -103,7 +111,7 @@ def match_file(
             for row in reader:
                 line = _last_line = reader.line_num
                 result.rows += 1
-                row["_sides"] = tuple(_side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
+                row["_sides"] = tuple(side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
                 empty = [c for c, side in zip(PAIR_COLUMNS, row["_sides"]) if not side]
                 extra = row.pop(None, None)  # fields beyond the header's
                 row["_ok"] = not empty and not extra

@@ -9,8 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import engine, features, generations, settings
-from mgeo_index.match import _side
+from mgeo_index import generations, settings
+from mgeo_index.match import score_sides, side
 from mgeo_index.text import printable
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Job
@@ -69,15 +69,10 @@ def warm_up(resolver: Resolver, batch: int) -> None:
 
 def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool) -> list[dict]:
     """Labels (the cross-encoder's decision, as ``mgeo-index match`` gives them) and probabilities."""
-    a = [_side(x) for x, _ in pairs]
-    b = [_side(y) for _, y in pairs]
-    probs = engine.score_pairs(resolver.cross, a, b, device=resolver.device)
-    decided = resolver.cross.decide(probs)
+    a = [side(x) for x, _ in pairs]
+    b = [side(y) for _, y in pairs]
+    probs, decided, explained = score_sides(resolver.cross, a, b, device=resolver.device, explain=explain)
     labels = resolver.cross.labels
-    if explain:  # both sides of every pair parsed in one batch
-        from mgeo_index.text.parser import parse
-
-        parsed = parse([x for x, _ in pairs] + [y for _, y in pairs])
     out = []
     for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
         best = int(decided[i])
@@ -89,7 +84,7 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
             "probabilities": {label: round(float(v), 6) for label, v in zip(labels, p)},
         }
         if explain:
-            result["explain"] = features.explain_parsed(parsed[i], parsed[len(pairs) + i])
+            result["explain"] = explained[i]
         out.append(result)
     return out
 
