@@ -76,20 +76,21 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
 
 
 def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress) -> int:
-    """Parse the entries that have no stored elements; each chunk is committed as it is done."""
+    """Parse the entries that have no stored elements, or elements of another parser version (the shipped
+    tagger or gazetteer changed since); each chunk is committed as it is done."""
     from mgeo_index.text.parser import parse, parser_version
 
+    version = parser_version()
     done = 0
-    for batch in store.entries_without_elements(engine_, catalog_id, batch_size=max(chunk_size, 1)):
+    for batch in store.entries_to_parse(engine_, catalog_id, version, batch_size=max(chunk_size, 1)):
         parsed = parse([e["normalized"] for e in batch])
-        store.insert_elements(engine_, [
-            {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": parser_version()}
+        store.store_elements(engine_, [
+            {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": version}
             for e, p in zip(batch, parsed)
         ])
         done += len(batch)
         progress("parse", len(batch), None)
     return done
-
 
 
 def build(

@@ -36,6 +36,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    or_,
     select,
     text,
     update,
@@ -502,21 +503,23 @@ class EntryElements(Base):
     parser: Mapped[str] = mapped_column(String(64), nullable=False)
 
 
-def entries_without_elements(engine: Engine, catalog_id: int, batch_size: int = 5000) -> Iterator[list[dict[str, Any]]]:
-    """Batches of ``{"id", "normalized"}`` of the catalog's live entries that have no parsed elements yet."""
+def entries_to_parse(engine: Engine, catalog_id: int, parser: str, batch_size: int = 5000) -> Iterator[list[dict[str, Any]]]:
+    """Batches of ``{"id", "normalized"}`` of the catalog's live entries that have no parsed elements yet
+    or whose elements were parsed by another parser version than ``parser``."""
     yield from _keyset_batches(
         engine,
         lambda last: select(Entry.id, Entry.normalized)
         .outerjoin(EntryElements, EntryElements.entry_id == Entry.id)
         .where(Entry.catalog_id == catalog_id, Entry.retired_at.is_(None), Entry.id > last,
-               EntryElements.entry_id.is_(None))
+               or_(EntryElements.entry_id.is_(None), EntryElements.parser != parser))
         .order_by(Entry.id),
         batch_size,
     )
 
 
-def insert_elements(engine: Engine, rows: list[dict[str, Any]]) -> int:
-    """Store parsed rows ``{"entry_id", "elements", "admin", "parser"}`` (codes taken from admin)."""
+def store_elements(engine: Engine, rows: list[dict[str, Any]]) -> int:
+    """Store parsed rows ``{"entry_id", "elements", "admin", "parser"}`` (codes taken from admin), replacing
+    what those entries had, in one transaction."""
     params = [
         {
             "entry_id": r["entry_id"], "elements": r["elements"], "admin": r["admin"], "parser": r["parser"],
@@ -526,6 +529,9 @@ def insert_elements(engine: Engine, rows: list[dict[str, Any]]) -> int:
     ]
     if params:
         with engine.begin() as conn:
+            ids = [p["entry_id"] for p in params]
+            for i in range(0, len(ids), _IN_CHUNK):
+                conn.execute(delete(EntryElements).where(EntryElements.entry_id.in_(ids[i : i + _IN_CHUNK])))
             conn.execute(EntryElements.__table__.insert(), params)
     return len(params)
 

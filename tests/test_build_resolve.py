@@ -6,6 +6,7 @@ import pytest
 from mgeo_index import build as build_mod, index as faiss_index, settings, store
 from mgeo_index.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
+from mgeo_index.text.parser import parser_version
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +161,24 @@ def test_build_stores_parsed_elements_and_admin_codes(built):
     assert same >= 295
     again = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
     assert again.entries_parsed == 0  # parsed once; a re-run parses only entries without elements
+
+
+def test_a_rebuild_refreshes_elements_parsed_by_another_parser_version(built):
+    index_dir, _ = built
+    engine = store.connect(settings.database_url(index_dir))
+    ids = store.entry_ids(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG)).tolist()
+    stale = ids[:7]
+    with engine.begin() as conn:  # as an older tagger / gazetteer would have left them
+        conn.execute(store.EntryElements.__table__.update()
+                     .where(store.EntryElements.entry_id.in_(stale))
+                     .values(parser="parser-0000000000000000", city_code="999999", elements=[]))
+    again = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
+    assert again.entries_parsed == 7 and again.rows_inserted == 0
+    parsed = store.get_elements(engine, ids)
+    assert len(parsed) == 300
+    assert {parsed[i]["parser"] for i in ids} == {parser_version()}
+    assert parsed[ids[0]]["city_code"] == "440300" and parsed[ids[0]]["elements"]
+    assert all(parsed[i]["city_code"] != "999999" for i in stale)
 
 
 def test_explain_uses_parsed_elements_and_inferred_admin_levels(built):
