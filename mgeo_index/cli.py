@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -832,10 +831,8 @@ def normalize(
 
     if engine not in ("local", "ray"):
         raise typer.BadParameter("--engine must be local or ray")
-    if backend is not None:  # the one setting every resolver of the job reads (local Ray actors inherit it)
-        if backend not in BACKENDS:
-            raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
-        os.environ[settings.ENV_PREFIX + "BACKEND"] = backend
+    if backend is not None and backend not in BACKENDS:
+        raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
     try:
         with friendly_errors(), _progress() as bar:
             bar.columns = (*bar.columns, TimeRemainingColumn())
@@ -848,7 +845,7 @@ def normalize(
                     bar.reset(task, completed=job["rows_done"], total=job["rows_total"])  # rate counts this run only
 
             result = normalize_file(
-                input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device,
+                input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
                 address_column=address_column, id_column=id_column, min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,

@@ -35,7 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from mgeo_index import settings, store
+from mgeo_index import backends, settings, store
 from mgeo_index.catalog import (
     CatalogError,
     CatalogReader,
@@ -501,6 +501,7 @@ def normalize_file(
     model: str | Path | None = None,
     cross_model: str | Path | None = None,
     device: str | None = None,
+    backend: str | None = None,
     address_column: str | None = None,
     id_column: str | None = None,
     min_probability: float = DEFAULT_MIN_PROBABILITY,
@@ -521,6 +522,8 @@ def normalize_file(
     """Run (or resume) the normalize job writing ``output_path``; see the module docstring.
 
     ``resolver``: an already opened resolver for the local engine (benchmarks, tests).
+    ``backend``: the CPU inference backend of the job's resolvers, local or Ray actors (default:
+    ``settings.backend``; actors with a GPU always run ``torch``).
     ``on_job(job)`` is called once the job record is known (new or resumed).
     """
     started = time.perf_counter()
@@ -538,6 +541,10 @@ def normalize_file(
         raise FileNotFoundError(f"input file {input_path} does not exist")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
+    if backend is not None:
+        backends.check(backend)
+        if gpus_per_worker > 0 and backend != "torch":
+            raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
     progress = on_progress or (lambda *_: None)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
 
@@ -554,7 +561,8 @@ def normalize_file(
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
         # recorded, not compared on resume: backends agree on labels, probabilities to about 1e-3
-        "backend": getattr(getattr(resolver, "bi", None), "backend", None) or settings.backend(device=settings.device(device)),
+        "backend": getattr(getattr(resolver, "bi", None), "backend", None)
+        or settings.backend(backend, "cuda" if engine == "ray" and gpus_per_worker > 0 else settings.device(device)),
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 
@@ -573,7 +581,7 @@ def normalize_file(
         spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
         try:
             _run(eng, job, writer, chunks, policy, params, ident, result, progress, rows_total,
-                 engine=engine, index_dir=index_dir, db=db, device=device, resolver=resolver,
+                 engine=engine, index_dir=index_dir, db=db, device=device, backend=backend, resolver=resolver,
                  ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         except KeyboardInterrupt:
             store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
@@ -630,7 +638,7 @@ def _start_or_resume(eng, input_path: Path, output_path: Path, index_dir: Path, 
 
 
 def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dict, ident: dict, result: JobResult,
-         progress: Progress, rows_total: int, *, engine: str, index_dir: Path, db, device, resolver, ray_address,
+         progress: Progress, rows_total: int, *, engine: str, index_dir: Path, db, device, backend, resolver, ray_address,
          workers, gpus_per_worker) -> None:
     out = writer.out
     pdir = parts_dir(out, job["id"])
@@ -662,14 +670,15 @@ def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dic
 
         resolved = ray_outcomes(
             pending(), policy=policy, batch_size=params["batch_size"], index_dir=index_dir, db=db,
-            model=ident["model_path"], cross_model=ident["cross_model_path"], device=device,
+            model=ident["model_path"], cross_model=ident["cross_model_path"], device=device, backend=backend,
             address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
         )
     else:
         if resolver is None:
             from mgeo_index.resolver import open_resolver
 
-            resolver = open_resolver(index_dir, db=db, model=ident["model_path"], cross_model=ident["cross_model_path"], device=device)
+            resolver = open_resolver(index_dir, db=db, model=ident["model_path"], cross_model=ident["cross_model_path"],
+                                     device=device, backend=backend)
         resolved = ((c, resolve_outcomes(resolver, c.valid_addresses(), policy, params["batch_size"])) for c in pending())
 
     for chunk, outcomes in resolved:

@@ -35,10 +35,11 @@ class ResolveBatch:
     """The actor: one resolver per actor, one micro-batch per call."""
 
     def __init__(self, index_dir: str, db: str | None, model: str, cross_model: str, device: str,
-                 min_probability: float, margin: float, top_k: int) -> None:
+                 backend: str | None, min_probability: float, margin: float, top_k: int) -> None:
         from mgeo_index.resolver import open_resolver
 
-        self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device)
+        self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
+                                      backend=backend)
         self.policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
 
     def __call__(self, batch: dict) -> dict:
@@ -74,6 +75,7 @@ def ray_outcomes(
     model: str,
     cross_model: str,
     device: str | None,
+    backend: str | None = None,
     address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float = 0.0,
@@ -88,7 +90,7 @@ def ray_outcomes(
     actor_device = "cuda" if gpus_per_worker > 0 else (device or "cpu")
     kwargs = {
         "index_dir": str(Path(index_dir).resolve()), "db": db, "model": model, "cross_model": cross_model,
-        "device": actor_device, "min_probability": policy.min_probability, "margin": policy.margin, "top_k": policy.top_k,
+        "device": actor_device, "backend": backend, "min_probability": policy.min_probability, "margin": policy.margin, "top_k": policy.top_k,
     }
     window: list[Chunk] = []
     for chunk in chunks:

@@ -262,6 +262,20 @@ def test_ambiguous_margin(index_dir, tmp_path):
             assert r["status"] == "ambiguous" and r["match_id"] == json.loads(r["alternatives"])[0]["id"]
 
 
+def test_the_backend_is_a_job_parameter_not_process_state(index_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)
+    path = tmp_path / "in.csv"
+    _write_input(path, 14)
+    result = normalize_file(path, tmp_path / "torch.csv", index_dir, device="cpu", top_k=2, backend="torch")
+    job = store.get_job(store.connect(settings.database_url(index_dir)), result.job_id)
+    assert job["params"]["backend"] == "torch"
+    assert "MGEO_INDEX_BACKEND" not in os.environ  # nothing left behind for the rest of the process
+    with pytest.raises(ValueError, match="backend must be one of"):
+        normalize_file(path, tmp_path / "x.csv", index_dir, device="cpu", backend="tensorrt")
+    with pytest.raises(ValueError, match="GPU actors"):
+        normalize_file(path, tmp_path / "x.csv", index_dir, engine="ray", gpus_per_worker=1, backend="int8")
+
+
 def test_parquet_in_and_out_keeps_types(index_dir, tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -328,7 +342,8 @@ def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
     path = tmp_path / "in.csv"
     rows = _write_input(path, 2000)
     local, remote = tmp_path / "local.csv", tmp_path / "ray.csv"
-    args = dict(device="cpu", chunk_size=250, batch_size=125, top_k=1)
+    # --backend reaches the actors: torch's FP32 scores differ from the default int8's in the printed digits
+    args = dict(device="cpu", chunk_size=250, batch_size=125, top_k=1, backend="torch")
     normalize_file(path, local, index_dir, **args)
     try:
         result = normalize_file(path, remote, index_dir, engine="ray", workers=2, **args)
