@@ -667,6 +667,7 @@ def serve(
     max_top_k: Annotated[int, typer.Option(min=1, help="Largest top_k a request may ask for.")] = 100,
     cache_size: Annotated[int, typer.Option(min=0, help="In-process LRU entries (0: no cache).")] = 10000,
     cache: Annotated[str | None, typer.Option("--cache", help="Redis URL for a shared cache, e.g. redis://127.0.0.1:6379/0.")] = None,
+    cache_ttl: Annotated[int, typer.Option("--cache-ttl", min=0, help="Seconds a Redis cache entry lives (0: until the index changes).")] = 0,
     api_key: Annotated[str | None, typer.Option(envvar="MGEO_INDEX_API_KEY", show_envvar=True,
                                                 help="Require this key (X-API-Key or Authorization: Bearer) on all but /healthz and /readyz.")] = None,
     watch: Annotated[float, typer.Option(min=0.0, help="Check the index directory for a new build every N seconds (0: only on SIGHUP or POST /v1/admin/reload).")] = 0.0,
@@ -702,7 +703,7 @@ def serve(
             index_dir=index_dir, db=db, model=model, cross_model=cross_model, device=device, max_batch=max_batch,
             max_wait_ms=max_wait_ms, max_queue=max_queue, timeout_ms=timeout_ms, max_items=max_items,
             max_chars=max_chars, max_body_bytes=max_body_bytes, max_top_k=max_top_k, cache_size=cache_size,
-            cache_url=cache, api_key=api_key or None, watch_s=watch, reload_signal=True,
+            cache_url=cache, cache_ttl_s=cache_ttl, api_key=api_key or None, watch_s=watch, reload_signal=True,
         )
         application = create_app(config)
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:

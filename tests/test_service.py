@@ -26,6 +26,7 @@ from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
 from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
 from mgeo_index.text import normalize  # noqa: E402
+from mgeo_index.service.cache import LRUCache, RedisCache, open_cache  # noqa: E402
 
 Q1 = "深圳南山中山路75号东方科技园9号楼"
 Q1_FULLWIDTH = "深圳南山中山路７５号东方科技园９号楼"  # normalizes to Q1
@@ -166,6 +167,7 @@ def test_invalid_match_input_and_headers_name_the_field(client):
 
 
 def test_too_large_is_413_and_the_server_keeps_serving(client):
+    before = metric(client, "mgeo_rejected_requests_total", reason="too_large")
     r = client.post("/v1/resolve", json={"queries": [Q1] * 9})
     assert r.status_code == 413 and "at most 8" in r.json()["detail"]
     r = client.post("/v1/match", json={"pairs": [{"a": Q1, "b": Q2}] * 9})
@@ -179,7 +181,8 @@ def test_too_large_is_413_and_the_server_keeps_serving(client):
 
     r = client.post("/v1/resolve", content=chunked(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and "max-body-bytes" in r.json()["detail"]
-    assert metric(client, "mgeo_rejected_requests_total", reason="too_large") >= 2
+    # every 413 counts: two over --max-items, two bodies over --max-body-bytes (by header and while read)
+    assert metric(client, "mgeo_rejected_requests_total", reason="too_large") == before + 4
     assert client.post("/v1/resolve", json={"query": Q1, "top_k": 1}).status_code == 200
 
 
@@ -269,6 +272,52 @@ def test_redis_cache_is_shared_and_emptied_on_reload(own_index):
         keys = r.keys(prefix + "*")
         if keys:
             r.delete(*keys)
+
+
+def test_cache_clear_keeps_the_new_version_and_redis_entries_expire():
+    url = _redis_url()
+    import redis
+
+    r = redis.Redis.from_url(url)
+    prefix = f"mgeo-index:test-{os.getpid()}:"
+    cache = RedisCache(url, prefix, ttl_s=60)
+    lru = LRUCache(10)
+
+    async def scenario():
+        for c in (cache, lru):
+            await c.set_many({"7:index-7.faiss:a": [1], "8:index-8.faiss:b": [2], "8:index-8.faiss:c": [3]})
+            await c.clear(keep="8:index-8.faiss")  # what another process computed on the new index stays
+            assert await c.get_many(["7:index-7.faiss:a", "8:index-8.faiss:b", "8:index-8.faiss:c"]) == [None, [2], [3]]
+        assert 0 < r.ttl(prefix + "8:index-8.faiss:b") <= 60
+        for c in (cache, lru):
+            await c.clear()
+            assert await c.get_many(["8:index-8.faiss:b"]) == [None]
+        await cache.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        keys = r.keys(prefix + "*")
+        if keys:
+            r.delete(*keys)
+    assert len(lru) == 0
+
+
+def test_redis_trouble_is_a_miss_and_counted():
+    pytest.importorskip("redis", reason="redis client not installed")
+    failed = []
+    cache = RedisCache("redis://127.0.0.1:1/0", "mgeo-index:nowhere:", on_error=failed.append)
+
+    async def scenario():
+        assert await cache.get_many(["a", "b"]) == [None, None]
+        await cache.set_many({"a": [1]})
+        await cache.clear()
+        await cache.close()
+
+    asyncio.run(scenario())
+    assert failed == ["read", "write", "clear"]
+    with pytest.raises(ValueError, match="--cache-ttl"):
+        open_cache("redis://127.0.0.1:6379/0", 10, "x", ttl_s=-1)
 
 
 def test_unreachable_redis_stops_start_up(built_index):

@@ -51,6 +51,7 @@ class ServeConfig:
     max_top_k: int = 100
     cache_size: int = 10_000
     cache_url: str | None = None
+    cache_ttl_s: int = 0  # Redis entries expire after this many seconds (0: never)
     api_key: str | None = None
     watch_s: float = 0.0  # poll the index directory for a new build every watch_s seconds (0: off)
     reload_signal: bool = False  # SIGHUP reloads (the CLI turns it on; needs the main thread)
@@ -93,10 +94,11 @@ def _invalid(loc: list, msg: str) -> RequestValidationError:
 
 
 class BodyLimit:
-    """ASGI middleware: request bodies over ``max_bytes`` get 413 (Content-Length or counted while read)."""
+    """ASGI middleware: request bodies over ``max_bytes`` get 413 (Content-Length or counted while read),
+    counted as ``mgeo_rejected_requests_total{reason="too_large"}``."""
 
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, metrics: Metrics) -> None:
+        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -104,6 +106,7 @@ class BodyLimit:
         too_large = JSONResponse({"detail": f"request body over {self.max_bytes} bytes (--max-body-bytes)"}, 413)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            self.metrics.rejected.labels(reason="too_large").inc()
             return await too_large(scope, receive, send)
         received = 0
         answered = False
@@ -116,6 +119,7 @@ class BodyLimit:
                 if received > self.max_bytes:
                     if not answered:
                         answered = True
+                        self.metrics.rejected.labels(reason="too_large").inc()
                         await too_large(scope, receive, send)
                     return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
             return message
@@ -171,7 +175,9 @@ class State:
 def create_app(config: ServeConfig) -> FastAPI:
     metrics = create_metrics()
     namespace = hashlib.sha256(str(Path(config.index_dir).resolve()).encode()).hexdigest()[:12]
-    state = State(config=config, metrics=metrics, cache=open_cache(config.cache_url, config.cache_size, namespace))
+    cache = open_cache(config.cache_url, config.cache_size, namespace, ttl_s=config.cache_ttl_s,
+                       on_error=lambda operation: metrics.cache_errors.labels(operation=operation).inc())
+    state = State(config=config, metrics=metrics, cache=cache)
 
     def run_batch(jobs: list[Job]) -> list:
         return backend.run_batch(state.loaded, jobs)  # read once: in-flight batches keep their index
@@ -234,7 +240,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.mgeo = state
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, metrics=metrics)
     app.add_middleware(Guard, api_key=config.api_key, metrics=metrics)  # outermost: before the body is read
 
     @app.exception_handler(HTTPProblem)
@@ -365,7 +371,8 @@ async def reload_index(state: State, force: bool = False) -> dict:
             return {"reloaded": False, "build_id": old.build_id, "version": old.version}
         loaded = await _load_and_warm(state)
         _swap(state, loaded)
-        await state.cache.clear()
+        # entries of other versions go; a forced reload of the same build starts from an empty cache
+        await state.cache.clear(keep=None if force else loaded.version)
         state.metrics.reloads.labels(outcome="reloaded").inc()
         log.info("index reloaded: build %s → %s (%d entries)", old.build_id, loaded.build_id, loaded.entries)
         return {"reloaded": True, "build_id": loaded.build_id, "version": loaded.version,

@@ -2,12 +2,15 @@
 
 In-process LRU by default (``--cache-size``, 0 turns it off), or Redis (``--cache redis://…``), shared
 by every server process on the same index. Keys carry the index version, so a result computed on an
-old index is never served for a new one; :meth:`clear` empties the cache when the index changes.
-Redis trouble at run time never fails a request: it counts as a miss and is logged.
+old index is never served for a new one; ``clear(keep=version)`` drops every other version's entries when
+the index changes (a shared Redis keeps what other processes already computed on the new version).
+Redis trouble at run time never fails a request: it counts as a miss, is logged and goes to ``on_error``
+(the server's ``mgeo_cache_errors_total``).
 """
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 import json
 import logging
 
@@ -37,9 +40,15 @@ class LRUCache:
         if self._data is not None:
             self._data.update(items)
 
-    async def clear(self) -> None:
-        if self._data is not None:
+    async def clear(self, keep: str | None = None) -> None:
+        """Drop every entry, or every entry not of index version ``keep``."""
+        if self._data is None:
+            return
+        if keep is None:
             self._data.clear()
+            return
+        for key in [k for k in self._data if not k.startswith(keep + ":")]:
+            del self._data[key]
 
     def __len__(self) -> int:
         return len(self._data) if self._data is not None else 0
@@ -51,13 +60,13 @@ class LRUCache:
 class RedisCache:
     """Redis keys ``<prefix><version>:<hash>`` holding the matches as JSON; ``ttl_s`` 0 = no expiry."""
 
-    def __init__(self, url: str, prefix: str, ttl_s: int = 0) -> None:
+    def __init__(self, url: str, prefix: str, ttl_s: int = 0, on_error: Callable[[str], None] | None = None) -> None:
         import redis.asyncio as redis
 
         self.url = url
         self.prefix = prefix
         self.ttl_s = ttl_s
-        self.errors = 0
+        self.on_error = on_error
         self._client = redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
         self._error_types = (redis.RedisError, OSError)
 
@@ -85,11 +94,14 @@ class RedisCache:
         except self._error_types as exc:
             self._trouble("write", exc)
 
-    async def clear(self) -> None:
-        """Delete every key under this index's prefix (all versions)."""
+    async def clear(self, keep: str | None = None) -> None:
+        """Delete every key under this index's prefix, or every one not of index version ``keep``."""
+        kept = None if keep is None else (self.prefix + keep + ":").encode()
         try:
             batch = []
             async for key in self._client.scan_iter(match=self.prefix + "*", count=1000):
+                if kept is not None and key.startswith(kept):
+                    continue
                 batch.append(key)
                 if len(batch) >= 1000:
                     await self._client.delete(*batch)
@@ -103,14 +115,19 @@ class RedisCache:
         await self._client.aclose()
 
     def _trouble(self, what: str, exc: Exception) -> None:
-        self.errors += 1
+        if self.on_error is not None:
+            self.on_error(what)
         log.warning("redis cache %s failed (%s): %s", what, self.url, exc)
 
 
-def open_cache(url: str | None, size: int, namespace: str) -> LRUCache | RedisCache:
-    """``url`` None → LRU of ``size``; ``redis://…`` → Redis under ``mgeo-index:<namespace>:``."""
+def open_cache(url: str | None, size: int, namespace: str, *, ttl_s: int = 0,
+               on_error: Callable[[str], None] | None = None) -> LRUCache | RedisCache:
+    """``url`` None → LRU of ``size``; ``redis://…`` → Redis under ``mgeo-index:<namespace>:``, entries
+    expiring after ``ttl_s`` seconds (0: never)."""
     if not url:
         return LRUCache(size)
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"--cache must be a redis://, rediss:// or unix:// URL, not {url!r}")
-    return RedisCache(url, prefix=f"mgeo-index:{namespace}:")
+    if ttl_s < 0:
+        raise ValueError(f"--cache-ttl must be 0 (no expiry) or more seconds, not {ttl_s}")
+    return RedisCache(url, prefix=f"mgeo-index:{namespace}:", ttl_s=ttl_s, on_error=on_error)

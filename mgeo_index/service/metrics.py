@@ -18,7 +18,8 @@ class Metrics:
     queue_depth: Gauge  # lane
     cache_hits: Counter
     cache_misses: Counter
-    rejected: Counter  # reason: queue_full, deadline, too_large, invalid, unauthorized
+    cache_errors: Counter  # operation: read, write, clear (Redis trouble; requests still answered)
+    rejected: Counter  # reason: queue_full, deadline, too_large, invalid, unauthorized, not_ready, error
     index_entries: Gauge
     index_build: Gauge  # build_id, version; value 1 for the index being served
     reloads: Counter  # outcome
@@ -35,6 +36,7 @@ def create_metrics() -> Metrics:
         queue_depth=Gauge("mgeo_queue_depth", "Items waiting to be batched", ["lane"], registry=r),
         cache_hits=Counter("mgeo_cache_hits", "Queries answered from the cache", registry=r),
         cache_misses=Counter("mgeo_cache_misses", "Queries not in the cache", registry=r),
+        cache_errors=Counter("mgeo_cache_errors", "Shared cache operations that failed (counted as misses)", ["operation"], registry=r),
         rejected=Counter("mgeo_rejected_requests", "Requests refused", ["reason"], registry=r),
         index_entries=Gauge("mgeo_index_entries", "Vectors in the served index", registry=r),
         index_build=Gauge("mgeo_index_build_info", "The served index (value 1)", ["build_id", "version"], registry=r),
