@@ -16,6 +16,7 @@ On CUDA only ``torch`` applies (the engine's FP16 path). The CPU default is ``se
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -73,8 +74,20 @@ def _quantized(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def onnx_path(model) -> Path:
+    """The cached graph of ``model``: keyed by its saved files' fingerprint, or for a model never saved
+    (trained or built in this process) by a digest of its weights, so two such models never share one."""
     kind = type(model).__name__.lower()
-    return settings.cache_dir() / f"{kind}-{model.fingerprint}-opset{ONNX_OPSET}-torch{torch.__version__.split('+')[0]}.onnx"
+    key = model.fingerprint or f"mem{_weights_digest(model)}"
+    return settings.cache_dir() / f"{kind}-{key}-opset{ONNX_OPSET}-torch{torch.__version__.split('+')[0]}.onnx"
+
+
+def _weights_digest(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256(str(getattr(model, "max_length", "")).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()[:16]
 
 
 class _Exportable(torch.nn.Module):

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from mgeo_index import backends, bench, engine, settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
@@ -56,6 +57,20 @@ def test_onnx_export_is_cached_by_fingerprint(tiny_model_dirs):
     assert path.stat().st_mtime_ns == stamp  # reused, not exported again
     assert backends.onnx_path(load_cross_encoder(tiny_model_dirs[1])) != path
     assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_models_never_saved_get_a_graph_of_their_own(tiny_model_dirs):
+    first, second = load_bi_encoder(tiny_model_dirs[0]), load_bi_encoder(tiny_model_dirs[0])
+    with torch.no_grad():
+        second.projection.weight.mul_(-1.0)  # another model, as training in this process would leave it
+    first.fingerprint = second.fingerprint = ""  # neither comes from saved files
+    assert backends.onnx_path(first) != backends.onnx_path(second)
+    same = load_bi_encoder(tiny_model_dirs[0])
+    same.fingerprint = ""
+    assert backends.onnx_path(same) == backends.onnx_path(first)  # the same weights reuse one graph
+    for model in (first, second):
+        reference = engine.encode(backends.apply(model, "torch"), TEXTS)
+        assert np.abs(engine.encode(backends.apply(model, "onnx"), TEXTS) - reference).max() < 1e-4
 
 
 def test_runner_is_not_part_of_the_model_state(tiny_model_dirs):
