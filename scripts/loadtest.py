@@ -131,19 +131,30 @@ async def run_level(url: str, addresses: list[str], concurrency: int, max_reques
     }
 
 
-def direct_latency(index_dir: Path, addresses: list[str], n: int, top_k: int, rerank: bool) -> dict:
-    """The same single-address resolve in this process, no HTTP: what the service adds is on top of this."""
+def direct_costs(index_dir: Path, addresses: list[str], n: int, top_k: int, rerank: bool, batch: int) -> dict:
+    """The same resolves in this process, no HTTP: single-address latency, and the time per query of the
+    same queries resolved ``batch`` at a time. Their ratio is the most any batching server can gain over a
+    one-at-a-time server on this machine (HTTP, queueing and the load client only take from it)."""
     from mgeo_index.resolver import open_resolver
 
     resolver = open_resolver(index_dir, device="cpu")
     for q in addresses[-5:]:
         resolver.resolve([q], top_k=top_k, rerank=rerank)
+    queries = addresses[-5 - n : -5]
     ms = []
-    for q in addresses[-5 - n : -5]:
+    for q in queries:
         t0 = time.perf_counter()
         resolver.resolve([q], top_k=top_k, rerank=rerank)
         ms.append((time.perf_counter() - t0) * 1000)
-    return {"queries": n, "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1)}
+    resolver.resolve(queries[:batch], top_k=top_k, rerank=rerank)  # warm the batch shapes
+    t0 = time.perf_counter()
+    for start in range(0, len(queries), batch):
+        resolver.resolve(queries[start : start + batch], top_k=top_k, rerank=rerank)
+    batched = (time.perf_counter() - t0) * 1000 / len(queries)
+    single = float(np.mean(ms))
+    return {"queries": n, "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1),
+            "single_ms_per_query": round(single, 1), "batch": batch, "batched_ms_per_query": round(batched, 1),
+            "batching_ceiling": round(single / batched, 2)}
 
 
 def measure(name: str, index_dir: Path, extra: list[str], addresses: list[str], levels: list[int], args) -> dict:
@@ -178,7 +189,7 @@ def main() -> None:
     p.add_argument("--no-rerank", action="store_true", help='requests ask for retrieval only ("rerank": false)')
     p.add_argument("--server-args", default="", help="more `mgeo-index serve` options for both servers, e.g. '--max-wait-ms 2'")
     p.add_argument("--timeout-ms", type=float, default=60000, help="server deadline while measuring")
-    p.add_argument("--direct", type=int, default=100, help="single resolves timed in-process first (0: none)")
+    p.add_argument("--direct", type=int, default=128, help="queries resolved in-process first, one and --max-batch per call (0: none)")
     p.add_argument("--overload", action="store_true", help="also run the overload phase")
     p.add_argument("--ready-timeout", type=float, default=300)
     p.add_argument("--logs", default="/tmp", help="folder for the servers' logs")
@@ -190,9 +201,11 @@ def main() -> None:
     report = {"index_dir": str(args.index_dir), "requests_per_level": args.requests, "seconds_per_level": args.seconds,
               "top_k": args.top_k, "rerank": not args.no_rerank, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "runs": []}
     if args.direct:
-        report["direct"] = direct_latency(args.index_dir, addresses, args.direct, args.top_k, not args.no_rerank)
-        print(f"in-process Resolver.resolve, one address per call: p50 {report['direct']['p50_ms']} ms, "
-              f"p99 {report['direct']['p99_ms']} ms ({args.direct} calls)", flush=True)
+        d = report["direct"] = direct_costs(args.index_dir, addresses, args.direct, args.top_k, not args.no_rerank,
+                                            args.max_batch)
+        print(f"in-process Resolver.resolve, one address per call: p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, "
+              f"mean {d['single_ms_per_query']} ms; {d['batch']} per call: {d['batched_ms_per_query']} ms a query "
+              f"({args.direct} queries) → batching can gain at most {d['batching_ceiling']}×", flush=True)
     # a generous deadline while measuring, so that slow answers are measured rather than cut at 504
     timeout = ["--timeout-ms", str(args.timeout_ms)]
     for name, extra in (("batched", ["--max-batch", str(args.max_batch), *timeout]), ("max-batch 1", ["--max-batch", "1", *timeout])):

@@ -123,3 +123,14 @@ def test_bench_build_measures_the_child_process(tmp_path):
     assert result["rows"] == 30 and result["rows_per_s"] > 0
     assert 100 < result["peak_rss_mib"] < 4096  # the child's own peak, not the parent's
     assert (tmp_path / "idx" / "index.json").is_file()
+
+
+def test_linear_share_counts_the_int8_and_fp32_gemms_only():
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
+    x = torch.randn(512, 64)
+    int8 = backends._quantized(layer)
+    with torch.inference_mode():
+        for model in (layer, int8):
+            share = bench.linear_share(lambda model=model: model(x))
+            assert share is not None and 0 < share < 1
+    assert bench.linear_share(lambda: np.ones(10_000).cumsum()) is None  # no Linear ran (e.g. ONNX Runtime)

@@ -145,6 +145,9 @@ def test_bench_reports_ratios_and_latency(index_dir):
     for part in ("encode", "score_pairs"):
         assert report[part]["ratio"] > 0 and report[part]["n"] == 40 and report[part]["naive_n"] == 8
     assert report["encode"]["max_abs_diff"] < 1e-3  # padding to 64 one at a time gives the same vectors
+    for part in ("encode", "score_pairs"):  # torch's Linear layers run as addmm: part of the time, never all
+        assert 0 < report[part]["linear_share"] < 1
+        assert report[part]["ceiling_ratio"] == report[part]["ratio"] / report[part]["linear_share"]
     resolve = report["resolve"]["torch"]
     assert resolve["queries"] == 5 and 0 < resolve["p50_ms"] <= resolve["p99_ms"]
     torch_row, int8_row = report["backends"]
