@@ -75,18 +75,26 @@ def _quantized(model: torch.nn.Module) -> torch.nn.Module:
 
 def onnx_path(model) -> Path:
     """The cached graph of ``model``: keyed by its saved files' fingerprint, or for a model never saved
-    (trained or built in this process) by a digest of its weights, so two such models never share one."""
+    (trained or built in this process) by a digest of its weights and settings, so two such models never
+    share one. (A model loaded from files and then changed in place keeps its files' fingerprint: save it
+    first.)"""
     kind = type(model).__name__.lower()
     key = model.fingerprint or f"mem{_weights_digest(model)}"
     return settings.cache_dir() / f"{kind}-{key}-opset{ONNX_OPSET}-torch{torch.__version__.split('+')[0]}.onnx"
 
 
 def _weights_digest(model: torch.nn.Module) -> str:
-    digest = hashlib.sha256(str(getattr(model, "max_length", "")).encode())
+    """What the exported graph depends on: the transformer's config, the pooling, every weight."""
+    digest = hashlib.sha256()
+    for part in model.children():
+        config = getattr(part, "config", None)
+        if config is not None and hasattr(config, "to_json_string"):
+            digest.update(config.to_json_string().encode())
+    digest.update(str(getattr(model, "pooling", "")).encode())
     for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        tensor = tensor.detach().cpu().contiguous().reshape(-1)  # 1-d: 0-d tensors cannot be viewed as bytes
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 

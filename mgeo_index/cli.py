@@ -834,8 +834,6 @@ def normalize(
 
     if engine not in ("local", "ray"):
         raise typer.BadParameter("--engine must be local or ray")
-    if backend is not None and backend not in BACKENDS:
-        raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
     try:
         with friendly_errors(), _progress() as bar:
             bar.columns = (*bar.columns, TimeRemainingColumn())

@@ -14,9 +14,10 @@ The job remembers what its rows depend on: the input's fingerprint (SHA-256 of t
 the parameters, the index build and both model fingerprints. Resuming with any of them changed
 is refused with a message naming both values (``--restart`` starts over instead).
 
-Decisions (see README): the best candidate (ranked by P(exact) + ½·P(partial)) is *matched* when its
-label is not ``not_match`` and its probability is at least ``min_probability``; *ambiguous* when
-it would be matched but the runner-up's relevance is within ``margin`` of it; else *unmatched*.
+Decisions (see README): the best candidate (``resolve``'s first match) is *matched* when its label is
+not ``not_match`` and its probability is at least ``min_probability``; *ambiguous* when it would be
+matched but the runner-up's relevance (P(exact) + ½·P(partial)) is within ``margin`` of the best's, or
+above it; else *unmatched*.
 Rows that fail validation are *rejected* with the reason.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from mgeo_index import backends, settings, store
+from mgeo_index import settings, store
 from mgeo_index.catalog import (
     CatalogError,
     CatalogReader,
@@ -145,6 +146,12 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
         batch = list(addresses[start : start + batch_size])
         out.extend(decide(m, policy) for m in resolver.resolve(batch, top_k=policy.top_k, rerank=True))
     return out
+
+
+def ray_actor_device(device: str | None, gpus_per_worker: float) -> str:
+    """Where a Ray actor computes: CUDA when it is given GPUs, else ``device`` or the CPU (not the
+    driver's default: actors of a remote cluster need not look like the driver)."""
+    return "cuda" if gpus_per_worker > 0 else (device or "cpu")
 
 
 def micro_batches(addresses: Sequence[str], batch_size: int) -> list[list[str]]:
@@ -530,6 +537,16 @@ def normalize_file(
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+    # one concrete backend for the whole job, named here: it is recorded, and Ray actors get the name
+    # rather than falling back to their own environment
+    run_device = ray_actor_device(device, gpus_per_worker) if engine == "ray" else settings.device(device)
+    if backend is not None:
+        from mgeo_index.backends import check  # not at import time: it loads torch
+
+        check(backend)
+        if engine == "ray" and gpus_per_worker > 0 and backend != "torch":
+            raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
+    backend = getattr(getattr(resolver, "bi", None), "backend", None) or settings.backend(backend, run_device)
     if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
         raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
     if chunk_size < 1 or batch_size < 1 or top_k < 1:
@@ -541,10 +558,6 @@ def normalize_file(
         raise FileNotFoundError(f"input file {input_path} does not exist")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
-    if backend is not None:
-        backends.check(backend)
-        if gpus_per_worker > 0 and backend != "torch":
-            raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
     progress = on_progress or (lambda *_: None)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
 
@@ -561,8 +574,7 @@ def normalize_file(
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
         # recorded, not compared on resume: backends agree on labels, probabilities to about 1e-3
-        "backend": getattr(getattr(resolver, "bi", None), "backend", None)
-        or settings.backend(backend, "cuda" if engine == "ray" and gpus_per_worker > 0 else settings.device(device)),
+        "backend": backend,
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 

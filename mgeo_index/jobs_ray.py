@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from mgeo_index.jobs import Chunk, Policy, micro_batches, resolve_outcomes
+from mgeo_index.jobs import Chunk, Policy, micro_batches, ray_actor_device, resolve_outcomes
 
 INSTALL_HINT = "the Ray engine needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
 CHUNKS_PER_WORKER = 4  # chunks per actor in one window
@@ -87,7 +87,7 @@ def ray_outcomes(
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
-    actor_device = "cuda" if gpus_per_worker > 0 else (device or "cpu")
+    actor_device = ray_actor_device(device, gpus_per_worker)
     kwargs = {
         "index_dir": str(Path(index_dir).resolve()), "db": db, "model": model, "cross_model": cross_model,
         "device": actor_device, "backend": backend, "min_probability": policy.min_probability, "margin": policy.margin, "top_k": policy.top_k,

@@ -37,7 +37,8 @@ DENSE_WEIGHT = 0.5
 # from 0.972 to 0.991 (dev: 0.961 → 0.974).
 CORE_WEIGHT = 0.5
 # Of that pool, the cross-encoder's network scores the RERANK_DEPTH most promising by its feature
-# head and retrieval alone (see Resolver._rerank); the network is ~90% of a query's time.
+# head and retrieval alone (see Resolver._rerank); on 20 candidates the network was ~90% of a query's
+# time, on these 10 it is still the largest part (≈ 45% of a single query, README: bench).
 RERANK_DEPTH = 10
 
 
@@ -150,8 +151,11 @@ class Resolver:
         ]
 
     def _same_admin(self, query_parses: list[dict], candidates: list[list[tuple[int, float]]]):
-        """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction)."""
-        stored = store.get_elements(self.engine, [i for row in candidates for i, _ in row])
+        """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction;
+        codes stored by another parser version count as unknown until a build re-parses them)."""
+        current = parser_version()
+        stored = {i: e for i, e in store.get_elements(self.engine, [i for row in candidates for i, _ in row]).items()
+                  if e["parser"] == current}
         out = []
         for query, row in zip(query_parses, candidates):
             admin = query["admin"]
@@ -182,7 +186,7 @@ class Resolver:
         """Score each query's candidates with the cross-encoder and sort them best first.
 
         A stacked cross-encoder first cuts each pool to its ``depth`` most promising candidates by the
-        feature head alone (plus the retrieval share of the ranking key), so the network — nearly all
+        feature head alone (plus the retrieval share of the ranking key), so the network — the largest part
         of a query's time — runs on those only; the features are computed once for both steps, from
         the ``parsed`` queries and candidates (:meth:`_parses`).
         """

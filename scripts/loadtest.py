@@ -131,30 +131,41 @@ async def run_level(url: str, addresses: list[str], concurrency: int, max_reques
     }
 
 
-def direct_costs(index_dir: Path, addresses: list[str], n: int, top_k: int, rerank: bool, batch: int) -> dict:
+def direct_costs(index_dir: Path, addresses: list[str], n: int, top_k: int, rerank: bool, batch: int,
+                 rounds: int = 2) -> dict:
     """The same resolves in this process, no HTTP: single-address latency, and the time per query of the
-    same queries resolved ``batch`` at a time. Their ratio is the most any batching server can gain over a
-    one-at-a-time server on this machine (HTTP, queueing and the load client only take from it)."""
+    same queries resolved ``batch`` at a time. Their ratio estimates what batching can gain over one
+    query at a time on this machine, before HTTP, queueing and the load client.
+
+    Warm-up uses other addresses than the timed ones; single and batched rounds alternate (each round
+    first sees the queries' parser caches in the state the previous round left) and the best round of
+    each is kept."""
     from mgeo_index.resolver import open_resolver
 
+    queries = addresses[: max(len(addresses) - 2 * batch, 0)][:n]
+    warm = addresses[len(queries) :][: 2 * batch]
+    if not queries:
+        raise ValueError(f"--direct needs more than {2 * batch} addresses, got {len(addresses)}")
     resolver = open_resolver(index_dir, device="cpu")
-    for q in addresses[-5:]:
+    for q in warm[:5]:
         resolver.resolve([q], top_k=top_k, rerank=rerank)
-    queries = addresses[-5 - n : -5]
-    ms = []
-    for q in queries:
+    resolver.resolve(warm[:batch], top_k=top_k, rerank=rerank)  # the batch shapes
+    single_ms, batched_ms, best_single = float("inf"), float("inf"), []
+    for _ in range(rounds):
+        ms = []
+        for q in queries:
+            t0 = time.perf_counter()
+            resolver.resolve([q], top_k=top_k, rerank=rerank)
+            ms.append((time.perf_counter() - t0) * 1000)
+        if float(np.mean(ms)) < single_ms:
+            single_ms, best_single = float(np.mean(ms)), ms
         t0 = time.perf_counter()
-        resolver.resolve([q], top_k=top_k, rerank=rerank)
-        ms.append((time.perf_counter() - t0) * 1000)
-    resolver.resolve(queries[:batch], top_k=top_k, rerank=rerank)  # warm the batch shapes
-    t0 = time.perf_counter()
-    for start in range(0, len(queries), batch):
-        resolver.resolve(queries[start : start + batch], top_k=top_k, rerank=rerank)
-    batched = (time.perf_counter() - t0) * 1000 / len(queries)
-    single = float(np.mean(ms))
-    return {"queries": n, "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1),
-            "single_ms_per_query": round(single, 1), "batch": batch, "batched_ms_per_query": round(batched, 1),
-            "batching_ceiling": round(single / batched, 2)}
+        for start in range(0, len(queries), batch):
+            resolver.resolve(queries[start : start + batch], top_k=top_k, rerank=rerank)
+        batched_ms = min(batched_ms, (time.perf_counter() - t0) * 1000 / len(queries))
+    return {"queries": len(queries), "rounds": rounds, "p50_ms": round(float(np.percentile(best_single, 50)), 1),
+            "p99_ms": round(float(np.percentile(best_single, 99)), 1), "single_ms_per_query": round(single_ms, 1),
+            "batch": batch, "batched_ms_per_query": round(batched_ms, 1), "batching_gain": round(single_ms / batched_ms, 2)}
 
 
 def measure(name: str, index_dir: Path, extra: list[str], addresses: list[str], levels: list[int], args) -> dict:
@@ -205,7 +216,8 @@ def main() -> None:
                                             args.max_batch)
         print(f"in-process Resolver.resolve, one address per call: p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, "
               f"mean {d['single_ms_per_query']} ms; {d['batch']} per call: {d['batched_ms_per_query']} ms a query "
-              f"({args.direct} queries) → batching can gain at most {d['batching_ceiling']}×", flush=True)
+              f"({d['queries']} queries, best of {d['rounds']} alternating rounds) → in-process batching gain "
+              f"{d['batching_gain']}×", flush=True)
     # a generous deadline while measuring, so that slow answers are measured rather than cut at 504
     timeout = ["--timeout-ms", str(args.timeout_ms)]
     for name, extra in (("batched", ["--max-batch", str(args.max_batch), *timeout]), ("max-batch 1", ["--max-batch", "1", *timeout])):

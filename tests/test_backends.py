@@ -126,11 +126,15 @@ def test_bench_build_measures_the_child_process(tmp_path):
 
 
 def test_linear_share_counts_the_int8_and_fp32_gemms_only():
-    layer = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
     x = torch.randn(512, 64)
-    int8 = backends._quantized(layer)
+    wide = torch.randn(512, 4096)
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
     with torch.inference_mode():
-        for model in (layer, int8):
+        assert bench.linear_share(lambda: torch.nn.functional.gelu(wide)) is None  # elementwise work is not counted
+        for model in (layer, backends._quantized(layer)):
             share = bench.linear_share(lambda model=model: model(x))
             assert share is not None and 0 < share < 1
+            # the same GEMMs beside a lot of GELU: their share of the call falls
+            diluted = bench.linear_share(lambda model=model: (model(x), [torch.nn.functional.gelu(wide) for _ in range(20)]))
+            assert diluted < share / 2
     assert bench.linear_share(lambda: np.ones(10_000).cumsum()) is None  # no Linear ran (e.g. ONNX Runtime)

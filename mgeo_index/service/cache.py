@@ -10,9 +10,9 @@ Redis trouble at run time never fails a request: it counts as a miss, is logged 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 import json
 import logging
+from collections.abc import Callable
 
 import cachetools
 
@@ -124,10 +124,13 @@ def open_cache(url: str | None, size: int, namespace: str, *, ttl_s: int = 0,
                on_error: Callable[[str], None] | None = None) -> LRUCache | RedisCache:
     """``url`` None → LRU of ``size``; ``redis://…`` → Redis under ``mgeo-index:<namespace>:``, entries
     expiring after ``ttl_s`` seconds (0: never)."""
+    if ttl_s < 0:
+        raise ValueError(f"--cache-ttl must be 0 (no expiry) or more seconds, not {ttl_s}")
     if not url:
+        if ttl_s:
+            raise ValueError("--cache-ttl is for the shared Redis cache (--cache redis://…); the in-process "
+                             "LRU holds entries until the index changes or they are evicted")
         return LRUCache(size)
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"--cache must be a redis://, rediss:// or unix:// URL, not {url!r}")
-    if ttl_s < 0:
-        raise ValueError(f"--cache-ttl must be 0 (no expiry) or more seconds, not {ttl_s}")
     return RedisCache(url, prefix=f"mgeo-index:{namespace}:", ttl_s=ttl_s, on_error=on_error)
