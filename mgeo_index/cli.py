@@ -55,10 +55,21 @@ def friendly_errors() -> Iterator[None]:
     from mgeo_index.resolver import ModelMismatch
     from mgeo_index.store import GenerationConflict
 
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
     try:
         yield
     except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, ValueError, ImportError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except DBAPIError as exc:  # cannot connect, no such database or role, …: the driver's own words
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+        err.print(f"[bold red]Database error:[/] {reason}. Check --db / {settings.ENV_PREFIX}DB (URL, server, "
+                  "database, user) and that the server is running.", highlight=False)
+        raise typer.Exit(1) from None
+    except ArgumentError as exc:  # a URL SQLAlchemy cannot parse, an unknown dialect or driver
+        err.print(f"[bold red]Error:[/] invalid --db URL: {exc}. Expected e.g. postgresql://user@host:5432/db or "
+                  "sqlite:////path/to/file.db", highlight=False)
         raise typer.Exit(1) from None
 
 
@@ -732,11 +743,12 @@ def db_upgrade(
     """
     from mgeo_index import store
 
-    url = _db_url(index_dir, db)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    store.upgrade(url, revision)
-    console.print(f"database at revision {store.current_revision(url)}")
+    with friendly_errors():
+        url = _db_url(index_dir, db)
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        store.upgrade(url, revision)
+        console.print(f"database at revision {store.current_revision(url) or 'base (no migrations applied)'}")
 
 
 @db_app.command("downgrade")
@@ -751,9 +763,10 @@ def db_downgrade(
     """
     from mgeo_index import store
 
-    url = _db_url(index_dir, db)
-    store.downgrade(url, revision)
-    console.print(f"database at revision {store.current_revision(url)}")
+    with friendly_errors():
+        url = _db_url(index_dir, db)
+        store.downgrade(url, revision)
+        console.print(f"database at revision {store.current_revision(url) or 'base (no migrations applied)'}")
 
 
 @db_app.command("current")
@@ -767,7 +780,8 @@ def db_current(
     """
     from mgeo_index import store
 
-    console.print(store.current_revision(_db_url(index_dir, db)) or "empty (no migrations applied)")
+    with friendly_errors():
+        console.print(store.current_revision(_db_url(index_dir, db)) or "empty (no migrations applied)")
 
 
 @app.command()

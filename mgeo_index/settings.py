@@ -18,7 +18,8 @@ DEFAULT_INDEX_FACTORY = "Flat"
 DEFAULT_CATALOG = "default"
 LABELS = ("exact_match", "partial_match", "not_match")
 # Queries and pair sides are cut to this many characters (after normalization) before encoding, n-gram
-# search, features and scoring: far above any real address (the models read at most 126), and it bounds
+# search, features and scoring: far above any real address (the bi-encoder reads 62 characters, the
+# cross-encoder 128 tokens a pair), and it bounds
 # the work an arbitrarily long input can cause.
 MAX_QUERY_CHARS = 256
 
@@ -29,12 +30,51 @@ def env(name: str, default: str | None = None) -> str | None:
     return value if value else default
 
 
+class DatabaseNotGiven(ValueError):
+    """The index directory's store is a database server's, and no URL for it was given."""
+
+
 def database_url(index_dir: str | Path, db: str | None = None) -> str:
-    """SQLAlchemy URL: ``--db`` > ``MGEO_INDEX_DB`` > SQLite file inside the index directory."""
+    """SQLAlchemy URL: ``--db`` > ``MGEO_INDEX_DB`` > SQLite file inside the index directory.
+
+    Without a URL, an index directory whose ``index.json`` names another database (built with
+    ``--db postgresql://…``) is refused rather than given a new, empty SQLite store."""
     url = db or env("DB")
     if url:
-        return url
-    return f"sqlite:///{Path(index_dir).resolve() / DB_FILENAME}"
+        return with_driver(url)
+    index_dir = Path(index_dir).resolve()
+    local = f"sqlite:///{index_dir / DB_FILENAME}"
+    if not (index_dir / DB_FILENAME).exists():
+        recorded = _recorded_database(index_dir)
+        if recorded and recorded != local:
+            raise DatabaseNotGiven(
+                f"{index_dir} was built with the database {recorded}; pass --db with its URL (or set "
+                f"{ENV_PREFIX}DB): without one, a new empty SQLite store would be used"
+            )
+    return local
+
+
+def with_driver(url: str) -> str:
+    """``postgres://`` and driverless ``postgresql://`` URLs get the PostgreSQL driver that is installed
+    (SQLAlchemy 2.1 would otherwise pick psycopg 3, 2.0 psycopg2)."""
+    import importlib.util
+
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url.removeprefix("postgres://")
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        url = "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _recorded_database(index_dir: Path) -> str | None:
+    import json
+
+    try:
+        recorded = json.loads((index_dir / "index.json").read_text(encoding="utf-8")).get("database")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, str) else None
 
 
 def device(name: str | None = None) -> str:

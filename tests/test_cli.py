@@ -186,3 +186,39 @@ def test_parse_json_and_table(tmp_path):
     addresses.write_text("海淀区中关村大街1号\n\n", encoding="utf-8")
     table = run("parse", "--file", addresses)
     assert table.exit_code == 0 and "北京市 (inferred)" in table.stdout and "110108" in table.stdout
+
+
+def test_database_trouble_is_one_clear_line(tmp_path):
+    result = run("db", "current", "--db", "postgresql://nobody@127.0.0.1:1/nowhere")  # nothing listens on port 1
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "Database error:" in said and "Traceback" not in said and "Check --db" in said
+    result = run("db", "current", "--db", "not a url")
+    assert result.exit_code == 1 and "invalid --db URL" in result.output
+
+
+def test_an_index_built_on_a_database_server_is_not_read_from_a_new_sqlite_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MGEO_INDEX_DB", raising=False)
+    index_dir = tmp_path / "idx"
+    index_dir.mkdir()
+    (index_dir / "index.json").write_text(json.dumps({"catalog": "default", "database": "postgresql+psycopg2://app:***@db:5432/geo"}))
+    result = run("resolve", "北京朝阳建国路88号", "--index-dir", index_dir)
+    said = " ".join(result.output.split())  # rich wraps long lines
+    assert result.exit_code == 1 and "was built with the database postgresql+psycopg2://app:***@db:5432/geo" in said
+    assert "pass --db" in said and not (index_dir / settings.DB_FILENAME).exists()  # nothing created
+    # its own SQLite store, or an explicit URL, is used as before
+    assert settings.database_url(index_dir, "sqlite:////elsewhere.db") == "sqlite:////elsewhere.db"
+    (index_dir / settings.DB_FILENAME).touch()
+    assert settings.database_url(index_dir) == f"sqlite:///{index_dir.resolve() / settings.DB_FILENAME}"
+
+
+def test_postgresql_urls_without_a_driver_get_the_installed_one():
+    import importlib.util
+
+    has_v3 = importlib.util.find_spec("psycopg") is not None
+    expected = "postgresql://u@h/db" if has_v3 else "postgresql+psycopg2://u@h/db"
+    if not has_v3 and importlib.util.find_spec("psycopg2") is None:
+        pytest.skip("no PostgreSQL driver installed")
+    assert settings.with_driver("postgresql://u@h/db") == expected
+    assert settings.with_driver("postgres://u@h/db") == expected
+    assert settings.with_driver("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
+    assert settings.with_driver("sqlite:///x.db") == "sqlite:///x.db"
