@@ -137,6 +137,11 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     )
     db_url = settings.database_url(index_dir, db)
     engine_ = store.connect(db_url)
+    try:
+        generations.ensure_served_here(engine_, index_dir, catalog)
+    except generations.ServedElsewhere:
+        engine_.dispose()
+        raise
     if kind == "build":
         catalog_id = store.get_or_create_catalog(
             engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,

@@ -67,6 +67,26 @@ def ensure_descriptor(index_dir: Path, catalog: str, db_url: str) -> None:
         write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
 
 
+class ServedElsewhere(ValueError):
+    """The catalog's current generation lives in another index directory (a shared database)."""
+
+
+def ensure_served_here(engine, index_dir: Path, catalog: str) -> None:
+    """Refuse to write catalog ``catalog`` from ``index_dir`` when the database's pointer names a generation
+    whose files are not in it: the catalog is served from another index directory sharing this database,
+    and a write from here would move its readers' pointer to files they cannot see."""
+    catalog_id = store.catalog_id(engine, catalog)
+    generation = store.current_generation(engine, catalog_id) if catalog_id is not None else None
+    if generation is None or (Path(index_dir) / generation["index_file"]).exists():
+        return
+    raise ServedElsewhere(
+        f"catalog {catalog!r} in this database is served from another index directory: its current generation "
+        f"({generation['index_file']}) is not in {index_dir}. Write it from that directory, or give this one a "
+        f"catalog of its own (--catalog NAME); if this is that directory and its files were lost, run "
+        f"`mgeo-index check --repair --index-dir {index_dir}`"
+    )
+
+
 def redact(url: str) -> str:
     """Database URL without its password."""
     from sqlalchemy.engine import make_url

@@ -16,8 +16,9 @@ from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 
 
-def _open(index_dir: Path, db: str | None):
-    """(engine, db_url, catalog name, catalog id, current generation) of an existing index directory."""
+def _open(index_dir: Path, db: str | None, *, repairing: bool = False):
+    """(engine, db_url, catalog name, catalog id, current generation) of an existing index directory;
+    refuses a catalog served from another index directory, unless ``repairing`` this one's lost files."""
     descriptor = generations.read_descriptor(index_dir)
     db_url = settings.database_url(index_dir, db)
     engine = store.connect(db_url)
@@ -26,6 +27,12 @@ def _open(index_dir: Path, db: str | None):
         engine.dispose()
         raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store {generations.redact(db_url)}; "
                                 f"is --db the database it was built with?")
+    if not repairing:
+        try:
+            generations.ensure_served_here(engine, index_dir, descriptor["catalog"])
+        except generations.ServedElsewhere:
+            engine.dispose()
+            raise
     return engine, db_url, descriptor["catalog"], catalog_id, store.current_generation(engine, catalog_id)
 
 
@@ -148,7 +155,7 @@ def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: 
     one used now; otherwise every entry is embedded again."""
     index_dir = Path(index_dir)
     with writer_lock(index_dir, "check --repair"):
-        engine, db_url, catalog, catalog_id, generation = _open(index_dir, db)
+        engine, db_url, catalog, catalog_id, generation = _open(index_dir, db, repairing=True)
         try:
             report = generations.check(index_dir, engine, db_url)
             if report.clean:

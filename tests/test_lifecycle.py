@@ -262,6 +262,28 @@ def test_lifecycle_against_postgresql(pg_url, tmp_path, tiny_model_dirs):
     assert not (index_dir / "mgeo.db").exists()  # everything went to PostgreSQL
 
 
+def test_a_catalog_served_from_another_directory_is_not_taken_over(tmp_path, tiny_model_dirs):
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"  # one database for two index directories, as PostgreSQL is
+    first, second = tmp_path / "first", tmp_path / "second"
+    build(_csv(tmp_path / "c.csv", LINES[1:41]), first, db=shared, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")
+    before = generations.read_descriptor(first)
+    with pytest.raises(generations.ServedElsewhere, match="served from another index directory"):
+        build(_csv(tmp_path / "d.csv", LINES[41:51]), second, db=shared, id_column="poi_id", model=tiny_model_dirs[0],
+              device="cpu")
+    generations.ensure_descriptor(second, settings.DEFAULT_CATALOG, shared)  # a directory pointed at the catalog
+    for write in (lambda: remove(["P0001"], second, db=shared, device="cpu"), lambda: gc(second, db=shared)):
+        with pytest.raises(generations.ServedElsewhere):
+            write()
+    engine = store.connect(shared)
+    generation = store.current_generation(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG))
+    assert generation["id"] == before["generation_id"] and len(store.entry_ids(engine, generation["catalog_id"])) == 40
+    assert check(first, db=shared).clean  # the first directory still serves it, untouched
+    # a catalog of its own in the same database is fine
+    build(_csv(tmp_path / "d.csv", LINES[41:51]), tmp_path / "third", db=shared, catalog="other", id_column="poi_id",
+          model=tiny_model_dirs[0], device="cpu")
+    assert check(tmp_path / "third", db=shared).clean and check(first, db=shared).clean
+
+
 def test_an_index_built_before_generations_is_served_and_extended(index_dir, tmp_path, tiny_model_dirs):
     """Before migration 0003 only index.json named the files: readers use it until the first write."""
     bi_dir = tiny_model_dirs[0]
