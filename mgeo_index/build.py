@@ -41,6 +41,8 @@ class BuildResult:
     generation_id: int | None = None
     entries_parsed: int = 0
     index_factory: str = ""
+    address_column: str | None = None  # the columns read (detected, given or the catalog's own)
+    id_column: str | None = None
     index_path: str = ""
     rejects_path: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -93,6 +95,28 @@ def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress
     return done
 
 
+def _same_columns(engine_, catalog: str, address_column: str | None, id_column: str | None) -> tuple[str | None, str | None]:
+    """The columns a re-build of an existing catalog reads: the stored ones unless named, and never others
+    (another address column would overwrite every stored address, another id column would store every row
+    a second time under new keys)."""
+    stored = store.catalog_columns(engine_, catalog)
+    if stored is None or stored == (None, None):
+        return address_column, id_column
+    stored_address, stored_id = stored
+    wanted = (address_column or stored_address, id_column if id_column is not None else stored_id)
+    if wanted != stored:
+        def name(column: str | None) -> str:
+            return repr(column) if column else "none (rows keyed by their address)"
+
+        raise ValueError(
+            f"catalog {catalog!r} was built with address column {name(stored_address)} and id column "
+            f"{name(stored_id)}; this build names address column {name(wanted[0])} and id column {name(wanted[1])}. "
+            f"Use the catalog's columns (rename them in the file), or build into another catalog (--catalog NAME) "
+            f"or index directory"
+        )
+    return wanted
+
+
 def build(
     catalog_path: str | Path,
     index_dir: str | Path,
@@ -132,14 +156,19 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     bi.to(device)
     backends.ensure(bi, backend, device=device)
     faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
-    reader = read_catalog(
-        catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2, chunk_size=chunk_size
-    )
+    if address_column is not None and address_column == id_column:
+        raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
     db_url = settings.database_url(index_dir, db)
     engine_ = store.connect(db_url)
     try:
         generations.ensure_served_here(engine_, index_dir, catalog)
-    except generations.ServedElsewhere:
+        if kind == "build":
+            address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
+        reader = read_catalog(
+            catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
+            chunk_size=chunk_size,
+        )
+    except BaseException:
         engine_.dispose()
         raise
     if kind == "build":
@@ -151,7 +180,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         catalog_id = store.catalog_id(engine_, catalog)
     generations.ensure_descriptor(index_dir, catalog, db_url)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
-    result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory)
+    result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
+                         id_column=reader.id_column)
     rejects_path = index_dir / REJECTS
     rejects_path.unlink(missing_ok=True)
     try:

@@ -131,6 +131,8 @@ def build(
         )
     table = Table(title=f"Build {result.build_id} of catalog '{result.catalog}'", show_header=False)
     for name, value in (
+        ("columns", f"address {result.address_column!r}, id "
+                    + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")),
         ("rows read", result.rows_read),
         ("new entries", result.rows_inserted),
         ("updated entries", result.rows_updated),

@@ -243,6 +243,13 @@ def get_or_create_catalog(
         return catalog.id
 
 
+def catalog_columns(engine: Engine, name: str) -> tuple[str | None, str | None] | None:
+    """``(address_column, id_column)`` catalog ``name`` was built with, or None when there is no such catalog."""
+    with Session(engine) as session:
+        row = session.execute(select(Catalog.address_column, Catalog.id_column).where(Catalog.name == name)).first()
+        return None if row is None else (row.address_column, row.id_column)
+
+
 def catalog_id(engine: Engine, name: str) -> int | None:
     with Session(engine) as session:
         return session.scalar(select(Catalog.id).where(Catalog.name == name))

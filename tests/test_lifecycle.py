@@ -262,6 +262,27 @@ def test_lifecycle_against_postgresql(pg_url, tmp_path, tiny_model_dirs):
     assert not (index_dir / "mgeo.db").exists()  # everything went to PostgreSQL
 
 
+def test_a_rebuild_reads_the_catalogs_own_columns_and_refuses_others(index_dir, tmp_path, tiny_model_dirs):
+    from mgeo_index.catalog import CatalogError
+
+    before = _entries_by_source(index_dir)
+    args = dict(model=tiny_model_dirs[0], device="cpu")
+    again = build(settings.SAMPLE_CATALOG, index_dir, **args)  # no --id-column: the catalog's own, poi_id
+    assert (again.rows_inserted, again.rows_updated, again.id_column, again.address_column) == (0, 0, "poi_id", "address")
+    with pytest.raises(ValueError, match="was built with address column 'address' and id column 'poi_id'; this build "
+                                         "names address column 'city'"):
+        build(settings.SAMPLE_CATALOG, index_dir, address_column="city", **args)
+    with pytest.raises(ValueError, match="this build names address column 'address' and id column 'name'"):
+        build(settings.SAMPLE_CATALOG, index_dir, id_column="name", **args)
+    with pytest.raises(ValueError, match="both 'poi_id'"):
+        build(settings.SAMPLE_CATALOG, index_dir, address_column="poi_id", id_column="poi_id", **args)
+    no_address = tmp_path / "no-address.csv"
+    no_address.write_text("poi_id,city\nP0001,深圳市\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match="address"):  # the stored column is required, not a guess
+        build(no_address, index_dir, **args)
+    assert _entries_by_source(index_dir) == before and check(index_dir).clean
+
+
 def test_a_catalog_served_from_another_directory_is_not_taken_over(tmp_path, tiny_model_dirs):
     shared = f"sqlite:///{tmp_path / 'shared.db'}"  # one database for two index directories, as PostgreSQL is
     first, second = tmp_path / "first", tmp_path / "second"
