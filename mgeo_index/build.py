@@ -16,7 +16,7 @@ from mgeo_index import backends, generations, index as faiss_index, settings, st
 from mgeo_index.catalog import Reject, read_catalog, write_rejects
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
-from mgeo_index.text import normalize
+from mgeo_index.text import has_content, normalize
 
 MANIFEST = generations.MANIFEST
 REJECTS = "rejects.tsv"
@@ -58,7 +58,7 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     records = []
     for row in rows:
         normalized = normalize(row.address)
-        if not normalized:
+        if not has_content(normalized):
             rejects.append(Reject(row.line, "address has no letters or digits left after normalization", row.address))
             continue
         records.append(

@@ -61,7 +61,7 @@ ALTERNATIVES = 3
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # Parameters that change the output rows: a job resumes only when they are all the same.
 RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
-                 "output_columns")
+                 "output_columns", "backend")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
 # on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
@@ -483,7 +483,8 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
     if job["input_fingerprint"] != fp:
         problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
     old = job.get("params") or {}
-    changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS if old.get(k) != params.get(k)]
+    changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
+               if old.get(k) != params.get(k) and (k in old or k != "backend")]  # jobs from before it was recorded
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     was = (job["build_id"], job["index_file"], job["model_fingerprint"], job["cross_model_fingerprint"])
@@ -573,7 +574,6 @@ def normalize_file(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
-        # recorded, not compared on resume: backends agree on labels, probabilities to about 1e-3
         "backend": backend,
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))

@@ -16,7 +16,7 @@ import torch
 from mgeo_index import backends, engine, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
-from mgeo_index.text import normalize
+from mgeo_index.text import has_content, normalize
 from mgeo_index.text.parser import parse, parser_version
 
 # Reranked order: P(exact_match) plus a share of the fused retrieval score (relative to the best
@@ -105,7 +105,7 @@ class Resolver:
         results: list[list[dict]] = []
         for query, vector, row in zip(normalized, vectors, candidates):
             # nothing left to match (empty, only spaces, punctuation or control characters): no candidates
-            row = [(i, fused) for i, fused in row if i in entries] if query else []
+            row = [(i, fused) for i, fused in row if i in entries] if has_content(query) else []
             top_fused = row[0][1] if row else 1.0
             results.append(
                 [

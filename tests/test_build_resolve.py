@@ -134,6 +134,13 @@ def test_build_and_resolve_against_postgresql(pg_url, tmp_path, sample_catalog):
     assert matches[0]["source_id"] == "P0003"
 
 
+def test_a_query_without_letters_or_digits_gets_no_candidates(built):
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    assert resolver.resolve(["，。！？…", "---", ""], top_k=3) == [[], [], []]  # "…" normalizes to "..."
+    assert resolver.resolve(["，。深圳南山中山路75号…"], top_k=1)[0][0]["source_id"] == "P0001"
+
+
 def test_every_retrieval_mode_finds_the_variant(built):
     index_dir, _ = built
     resolver = open_resolver(index_dir)

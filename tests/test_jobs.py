@@ -216,6 +216,8 @@ def test_resume_refused_over_another_model_or_parameters(index_dir, job_input, t
     assert fingerprint(tiny_model_dirs[1]) in message
     with pytest.raises(JobError, match=r"min_probability 0\.5 → 0\.9"):
         normalize_file(path, out, index_dir, min_probability=0.9, **args)
+    with pytest.raises(JobError, match=f"backend '{settings.DEFAULT_CPU_BACKEND}' → 'torch'"):  # no mixed outputs
+        normalize_file(path, out, index_dir, backend="torch", **args)
 
     changed = tmp_path / "changed.csv"
     changed.write_text("address\n北京市海淀区东风路127号\n", encoding="utf-8")

@@ -28,7 +28,7 @@ from mgeo_index.service import backend
 from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, Job, QueueFull
 from mgeo_index.service.cache import cache_key, open_cache
 from mgeo_index.service.metrics import Metrics, create_metrics
-from mgeo_index.text import normalize, printable
+from mgeo_index.text import has_content, normalize, printable
 
 log = logging.getLogger("mgeo_index.service")
 UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
@@ -403,8 +403,8 @@ def _check_text(text: str, loc: list, max_chars: int) -> str:
     if len(text) > max_chars:
         raise _invalid(loc, f"address is {len(text)} characters; at most {max_chars} (--max-chars)")
     normalized = normalize(text)
-    if not normalized:
-        raise _invalid(loc, "address is empty (nothing left after removing spaces and punctuation)")
+    if not has_content(normalized):
+        raise _invalid(loc, "address is empty (no letter or digit left after removing spaces and punctuation)")
     return normalized
 
 

@@ -109,6 +109,11 @@ def normalize(text: str) -> str:
     return text
 
 
+def has_content(text: str) -> bool:
+    """Whether a (normalized) address has a letter or digit: "..." (from "…") or "-" alone has nothing to match."""
+    return any(ch.isalnum() for ch in text)
+
+
 def printable(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, so it can be written as UTF-8 (echoing input)."""
     return _SURROGATE.sub("\ufffd", text)
