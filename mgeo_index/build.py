@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index import backends, generations, index as faiss_index, settings, store
-from mgeo_index.catalog import Reject, read_catalog, write_rejects
+from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import has_content, normalize
@@ -139,6 +139,8 @@ def build(
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
     """
     index_dir = Path(index_dir)
+    if index_dir.exists() and not index_dir.is_dir():
+        raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
@@ -159,17 +161,28 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     if address_column is not None and address_column == id_column:
         raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
     db_url = settings.database_url(index_dir, db)
-    engine_ = store.connect(db_url)
+    # an existing store is consulted before the file is read; a new one is created only once the file is
+    # known to be readable (a refused file leaves no store behind)
+    engine_ = store.connect(db_url) if store.exists(db_url) else None
     try:
-        generations.ensure_served_here(engine_, index_dir, catalog)
-        if kind == "build":
-            address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
-        reader = read_catalog(
-            catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
-            chunk_size=chunk_size,
-        )
+        if engine_ is not None:
+            generations.ensure_served_here(engine_, index_dir, catalog)
+            if kind == "build":
+                address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
+        try:
+            reader = read_catalog(
+                catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
+                chunk_size=chunk_size,
+            )
+        except CatalogError as exc:
+            if kind != "add":
+                raise
+            raise CatalogError(f"{exc}. A delta file uses the catalog's own column names: address column "
+                               f"{address_column!r}, id column {id_column!r}") from None
+        engine_ = engine_ or store.connect(db_url)
     except BaseException:
-        engine_.dispose()
+        if engine_ is not None:
+            engine_.dispose()
         raise
     if kind == "build":
         catalog_id = store.get_or_create_catalog(
@@ -188,11 +201,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         # 1. rows → store (chunked: memory does not grow with the file)
         for rows, rejects in reader.chunks():
             rejects = list(rejects)
+            read = len(rows) + len(rejects)  # before _store_chunk adds the rows it rejects itself
             _store_chunk(engine_, catalog_id, rows, result, rejects)
-            result.rows_read += len(rows) + len(rejects)
+            result.rows_read += read
             if rejects:
                 result.rows_rejected += write_rejects(rejects_path, rejects)
-            progress("read", len(rows) + len(rejects), None)
+            progress("read", read, None)
         timings["store"] = time.perf_counter() - started
 
         # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)

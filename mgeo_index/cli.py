@@ -59,7 +59,8 @@ def friendly_errors() -> Iterator[None]:
 
     try:
         yield
-    except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, ValueError, ImportError) as exc:
+    except (CatalogError, ModelError, ModelMismatch, Locked, GenerationConflict, FileNotFoundError, NotADirectoryError,
+            ValueError, ImportError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
     except DBAPIError as exc:  # cannot connect, no such database or role, …: the driver's own words
@@ -213,7 +214,8 @@ def remove(
     with friendly_errors():
         wanted = list(ids or []) + (read_ids_file(file) if file is not None else [])
         if not wanted:
-            raise typer.BadParameter("give --ids ID ... or --file IDS")
+            raise ValueError(f"{file} holds no ids (one catalog id a line)" if file is not None
+                             else "give --ids ID ... or --file IDS")
         result = run_remove(wanted, index_dir, db=db, model=model, device=device)
     console.print(f"removed {result.removed} entries; generation {result.generation_id} holds {result.vectors_total} vectors "
                   f"({result.seconds:.1f} s)")
@@ -284,6 +286,8 @@ def check(
 def _read_queries(queries: list[str], file: Path | None) -> list[str]:
     items = list(queries)
     if file is not None:
+        if not file.is_file():
+            raise FileNotFoundError(f"--file {file} does not exist or is not a file")
         try:
             text = file.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as exc:
@@ -355,8 +359,8 @@ def parse(
     """
     from mgeo_index.text.parser import parse as parse_addresses
 
-    items = _read_queries(texts or [], file)
     with friendly_errors():
+        items = _read_queries(texts or [], file)
         for start in range(0, len(items), batch_size):
             for result in parse_addresses(items[start : start + batch_size]):
                 if as_json:
@@ -714,6 +718,7 @@ def serve(
         from mgeo_index.build import read_manifest
 
         read_manifest(index_dir)  # no index: say how to build one before starting anything
+        _check_port_free(host, port)
         config = ServeConfig(
             index_dir=index_dir, db=db, model=model, cross_model=cross_model, device=device, max_batch=max_batch,
             max_wait_ms=max_wait_ms, max_queue=max_queue, timeout_ms=timeout_ms, max_items=max_items,
@@ -725,6 +730,26 @@ def serve(
         err.print(f"[yellow]Warning:[/] serving on {host} without --api-key: anyone who can reach it can use it.")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(application, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Say so before loading anything when the port is taken (uvicorn would fail after the models load)."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is in use by another program; choose another with --port") from None
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def _db_url(index_dir: Path | None, db: str | None) -> str:
@@ -746,9 +771,9 @@ def db_upgrade(
     from mgeo_index import store
 
     with friendly_errors():
+        if index_dir is not None and not (db or settings.env("DB")):
+            index_dir.mkdir(parents=True, exist_ok=True)  # its SQLite store is created here
         url = _db_url(index_dir, db)
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store.upgrade(url, revision)
         console.print(f"database at revision {store.current_revision(url) or 'base (no migrations applied)'}")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index import engine
-from mgeo_index.catalog import CatalogError, open_text
+from mgeo_index.catalog import CatalogError, detect_encoding, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -23,14 +23,20 @@ from mgeo_index.training.data import split_of
 _BINARY = {"1": "exact_match", "0": "not_match"}
 
 
-def _open_text(path: Path):
-    return open_text(path, "utf-8-sig")
+SPLITS = ("dev", "calib", "train", "all")
+
+
+def _open_text(path: Path, split: str):
+    """The file in its own encoding (UTF-8, with BOM, UTF-16 or GB18030: detected), after checking ``split``."""
+    if split not in SPLITS:
+        raise ValueError(f"--split must be one of {', '.join(SPLITS)}, not {split!r}")
+    return open_text(path, detect_encoding(path))
 
 
 def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str], list[str], list[int]]:
     """(first addresses, second addresses, gold label indices) from a CCKS- or Shenzhen-style file."""
     path = Path(path)
-    with _open_text(path) as fh:
+    with _open_text(path, split) as fh:
         header = fh.readline()
         delimiter = "\t" if "\t" in header else ","
         columns = next(csv.reader([header], delimiter=delimiter))
@@ -108,7 +114,7 @@ def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], 
     found when any of them is retrieved.
     """
     path = Path(path)
-    with _open_text(path) as fh:
+    with _open_text(path, split) as fh:
         reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
         columns = reader.fieldnames or []
         if {"query", "candidate", "label"} <= set(columns):

@@ -60,6 +60,10 @@ def match_file(
     The output is written to a temporary file and moved into place when complete.
     """
     pairs_path, out_path = Path(pairs_path), Path(out_path)
+    if out_path.resolve() == pairs_path.resolve():
+        raise ValueError("--out must not be the input file: write the scores to a new file")
+    if not out_path.resolve().parent.is_dir():
+        raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
     encoding = detect_encoding(pairs_path)
     result = MatchResult(label_counts={label: 0 for label in cross.labels})
     tmp = out_path.with_name(f".{out_path.name}.tmp")

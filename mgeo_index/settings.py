@@ -39,10 +39,15 @@ def database_url(index_dir: str | Path, db: str | None = None) -> str:
 
     Without a URL, an index directory whose ``index.json`` names another database (built with
     ``--db postgresql://…``) is refused rather than given a new, empty SQLite store."""
+    index_dir = Path(index_dir).resolve()
+    if index_dir.exists() and not index_dir.is_dir():
+        raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
     url = db or env("DB")
     if url:
         return with_driver(url)
-    index_dir = Path(index_dir).resolve()
+    if not index_dir.exists():  # readers: nothing to read, and no empty store left behind
+        raise FileNotFoundError(f"no index directory {index_dir}: build one first (mgeo-index build CATALOG "
+                                f"--index-dir {index_dir})")
     local = f"sqlite:///{index_dir / DB_FILENAME}"
     if not (index_dir / DB_FILENAME).exists():
         recorded = _recorded_database(index_dir)
@@ -79,12 +84,22 @@ def _recorded_database(index_dir: Path) -> str | None:
 
 def device(name: str | None = None) -> str:
     """Torch device: ``--device`` > ``MGEO_INDEX_DEVICE`` > cuda when available > cpu."""
-    chosen = name or env("DEVICE")
-    if chosen:
-        return chosen
+    import re
+
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    chosen = name or env("DEVICE")
+    if not chosen:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", chosen):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, not {chosen!r}")
+    if chosen.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {chosen}: CUDA is not available here (torch {torch.__version__}); use --device cpu")
+        index = int(chosen.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"--device {chosen}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return chosen
 
 
 def bi_model_path(path: str | Path | None = None) -> Path:

@@ -194,6 +194,15 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cursor.close()
 
 
+def exists(url: str) -> bool:
+    """Whether there may be a store at ``url`` already: False only for a SQLite file not created yet
+    (asking a server whether its database is empty takes a connection: True)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or _is_sqlite_memory(url) or not u.database or u.database.startswith("file:"):
+        return True
+    return Path(u.database).expanduser().exists()
+
+
 def connect(url: str) -> Engine:
     """Engine for ``url`` with all migrations applied.
 

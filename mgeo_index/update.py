@@ -100,6 +100,8 @@ class RemoveResult:
 
 def read_ids_file(path: str | Path) -> list[str]:
     """One catalog id a line (blank lines and a UTF-8 BOM ignored)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"ids file {path} does not exist or is not a file")
     text = Path(path).read_text(encoding="utf-8-sig")
     return [line.strip() for line in text.splitlines() if line.strip()]
 

@@ -104,7 +104,7 @@ def test_match_requires_columns_a_and_b(tmp_path):
 def test_db_commands(tmp_path):
     assert "empty" in run("db", "current", "--index-dir", tmp_path).stdout
     assert store.alembic_head() in run("db", "upgrade", "--index-dir", tmp_path).stdout
-    assert "None" in run("db", "downgrade", "base", "--index-dir", tmp_path).stdout
+    assert "revision base (no migrations applied)" in run("db", "downgrade", "base", "--index-dir", tmp_path).stdout
 
 
 def _commands(group, prefix=()):
@@ -222,3 +222,41 @@ def test_postgresql_urls_without_a_driver_get_the_installed_one():
     assert settings.with_driver("postgres://u@h/db") == expected
     assert settings.with_driver("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
     assert settings.with_driver("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_bad_paths_and_options_are_one_clear_line(index_dir, tmp_path):
+    def said(result) -> str:
+        assert result.exit_code == 1, result.output
+        assert "Traceback" not in result.output
+        return " ".join(result.output.split())  # rich wraps long lines
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert "is a file, not a directory" in said(run("resolve", "北京", "--index-dir", a_file))
+    assert "is a file, not a directory" in said(run("build", settings.SAMPLE_CATALOG, "--index-dir", a_file))
+    missing = tmp_path / "no-such-index"
+    assert "no index directory" in said(run("resolve", "北京", "--index-dir", missing))
+    assert "no index directory" in said(run("check", "--index-dir", missing))
+    assert not missing.exists()  # a reader leaves nothing behind
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n北京朝阳建国路88号\t北京市朝阳区建国路88号\n", encoding="utf-8")
+    assert "--device must be cpu, cuda or cuda:N" in said(run("match", "--file", pairs, "--out", tmp_path / "o.tsv", "--device", "gpu"))
+    assert "--out must not be the input file" in said(run("match", "--file", pairs, "--out", pairs))
+    assert pairs.read_text(encoding="utf-8").startswith("a\tb\n")  # untouched
+    assert "does not exist or is not a file" in said(run("parse", "--file", tmp_path / "nope.txt"))
+    assert "--split must be one of dev, calib, train, all" in said(run("eval", "pairs", pairs, "--split", "foo"))
+    empty = tmp_path / "ids.txt"
+    empty.write_text("\n")
+    assert "holds no ids" in said(run("remove", "--file", empty, "--index-dir", index_dir))
+
+
+def test_serve_says_when_its_port_is_taken(index_dir):
+    import socket
+
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("serve", "--index-dir", index_dir, "--port", port)
+    assert result.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in " ".join(result.output.split())
