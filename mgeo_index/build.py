@@ -103,18 +103,22 @@ def _same_columns(engine_, catalog: str, address_column: str | None, id_column: 
     if stored is None or stored == (None, None):
         return address_column, id_column
     stored_address, stored_id = stored
-    wanted = (address_column or stored_address, id_column if id_column is not None else stored_id)
-    if wanted != stored:
-        def name(column: str | None) -> str:
-            return repr(column) if column else "none (rows keyed by their address)"
 
-        raise ValueError(
-            f"catalog {catalog!r} was built with address column {name(stored_address)} and id column "
-            f"{name(stored_id)}; this build names address column {name(wanted[0])} and id column {name(wanted[1])}. "
-            f"Use the catalog's columns (rename them in the file), or build into another catalog (--catalog NAME) "
-            f"or index directory"
-        )
-    return wanted
+    def same(given: str | None, kept: str | None) -> bool:  # as the reader matches names: case and spaces aside
+        return given is None or (kept is not None and "".join(given.split()).lower() == "".join(kept.split()).lower())
+
+    if same(address_column, stored_address) and same(id_column, stored_id):
+        return stored
+
+    def name(column: str | None) -> str:
+        return repr(column) if column else "none (rows keyed by their address)"
+
+    raise ValueError(
+        f"catalog {catalog!r} was built with address column {name(stored_address)} and id column {name(stored_id)}; "
+        f"this build names address column {name(address_column or stored_address)} and id column "
+        f"{name(id_column if id_column is not None else stored_id)}. Use the catalog's columns (rename them in the "
+        f"file), or build into another catalog (--catalog NAME) or index directory"
+    )
 
 
 def build(

@@ -55,6 +55,7 @@ def friendly_errors() -> Iterator[None]:
     from mgeo_index.resolver import ModelMismatch
     from mgeo_index.store import GenerationConflict
 
+    from alembic.util.exc import CommandError
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     try:
@@ -63,8 +64,13 @@ def friendly_errors() -> Iterator[None]:
             ValueError, ImportError) as exc:
         err.print(f"[bold red]Error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
+    except CommandError as exc:  # a revision this version does not know (a newer release migrated the store)
+        err.print(f"[bold red]Database error:[/] {exc}. The store may have been migrated by a newer mgeo-index; "
+                  "use that version, or `mgeo-index db current` to see its revision.", highlight=False)
+        raise typer.Exit(1) from None
     except DBAPIError as exc:  # cannot connect, no such database or role, …: the driver's own words
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+        words = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        reason = words[0] if words else type(exc.orig or exc).__name__
         err.print(f"[bold red]Database error:[/] {reason}. Check --db / {settings.ENV_PREFIX}DB (URL, server, "
                   "database, user) and that the server is running.", highlight=False)
         raise typer.Exit(1) from None
@@ -774,6 +780,8 @@ def db_upgrade(
         if index_dir is not None and not (db or settings.env("DB")):
             index_dir.mkdir(parents=True, exist_ok=True)  # its SQLite store is created here
         url = _db_url(index_dir, db)
+        if url.startswith("sqlite:///"):  # a SQLite file named by --db: its folder may be new too
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store.upgrade(url, revision)
         console.print(f"database at revision {store.current_revision(url) or 'base (no migrations applied)'}")
 

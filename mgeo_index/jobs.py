@@ -44,7 +44,7 @@ from mgeo_index.catalog import (
     detect_address_column,
     read_catalog,
 )
-from mgeo_index.text import normalize
+from mgeo_index.text import has_content, normalize
 
 STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
 #: the input address's standardized admin levels (mgeo_index.text.parser), inferred levels included
@@ -258,7 +258,7 @@ def _as_text(values: list) -> list[str]:
 def _record(outcome, values: list) -> Record:
     if hasattr(outcome, "reason"):  # a Reject
         return Record(outcome.line, values, None, outcome.reason)
-    if not normalize(outcome.address):
+    if not has_content(normalize(outcome.address)):
         return Record(outcome.line, values, None, "address has no letters or digits left after normalization")
     return Record(outcome.line, values, outcome.address)
 
@@ -681,7 +681,9 @@ def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dic
         from mgeo_index.jobs_ray import ray_outcomes
 
         resolved = ray_outcomes(
-            pending(), policy=policy, batch_size=params["batch_size"], index_dir=index_dir, db=db,
+            # the URL itself, not the driver's environment or its index.json: actors may run elsewhere
+            pending(), policy=policy, batch_size=params["batch_size"], index_dir=index_dir,
+            db=settings.database_url(index_dir, db),
             model=ident["model_path"], cross_model=ident["cross_model_path"], device=device, backend=backend,
             address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 from mgeo_index import engine, features, settings
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
-from mgeo_index.text import normalize
+from mgeo_index.text import has_content, normalize
 
 PAIR_COLUMNS = ("a", "b")
 
@@ -116,13 +116,13 @@ def match_file(
                 line = _last_line = reader.line_num
                 result.rows += 1
                 row["_sides"] = tuple(side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
-                empty = [c for c, side in zip(PAIR_COLUMNS, row["_sides"]) if not side]
+                empty = [c for c, side in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(side)]
                 extra = row.pop(None, None)  # fields beyond the header's
                 row["_ok"] = not empty and not extra
                 if extra:
                     result.invalid.append(f"line {line}: {len(columns) + len(extra)} fields, the header has {len(columns)}")
                 elif empty:
-                    result.invalid.append(f"line {line}: empty column {', '.join(repr(c) for c in empty)}")
+                    result.invalid.append(f"line {line}: no letter or digit in column {', '.join(repr(c) for c in empty)}")
                 chunk.append((line, row))
                 if len(chunk) >= chunk_size:
                     flush()

@@ -49,13 +49,15 @@ def database_url(index_dir: str | Path, db: str | None = None) -> str:
         raise FileNotFoundError(f"no index directory {index_dir}: build one first (mgeo-index build CATALOG "
                                 f"--index-dir {index_dir})")
     local = f"sqlite:///{index_dir / DB_FILENAME}"
-    if not (index_dir / DB_FILENAME).exists():
-        recorded = _recorded_database(index_dir)
-        if recorded and recorded != local:
-            raise DatabaseNotGiven(
-                f"{index_dir} was built with the database {recorded}; pass --db with its URL (or set "
-                f"{ENV_PREFIX}DB): without one, a new empty SQLite store would be used"
-            )
+    recorded = _recorded_database(index_dir)
+    # a server's database, or another SQLite file while this directory has none of its own (a directory
+    # moved with its mgeo.db records its old path: that one is read)
+    if recorded and recorded != local and (not recorded.startswith("sqlite") or not (index_dir / DB_FILENAME).exists()):
+        raise DatabaseNotGiven(
+            f"{index_dir} was built with the database {recorded}; pass --db with its URL (or set "
+            f"{ENV_PREFIX}DB): without one, {'a stale' if (index_dir / DB_FILENAME).exists() else 'a new empty'} "
+            f"SQLite store would be used"
+        )
     return local
 
 

@@ -27,13 +27,17 @@ def _open(index_dir: Path, db: str | None, *, repairing: bool = False):
         engine.dispose()
         raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store {generations.redact(db_url)}; "
                                 f"is --db the database it was built with?")
-    if not repairing:
-        try:
+    try:
+        if not repairing:
             generations.ensure_served_here(engine, index_dir, descriptor["catalog"])
-        except generations.ServedElsewhere:
-            engine.dispose()
-            raise
-    return engine, db_url, descriptor["catalog"], catalog_id, store.current_generation(engine, catalog_id)
+        elif descriptor.get("generation_id") not in {g["id"] for g in store.list_generations(engine, catalog_id)}:
+            # a repair rebuilds this directory's lost files, never takes over one that never served the catalog
+            generations.ensure_served_here(engine, index_dir, descriptor["catalog"])
+        generation = store.current_generation(engine, catalog_id)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, db_url, descriptor["catalog"], catalog_id, generation
 
 
 def _model_for(generation: dict | None, model):

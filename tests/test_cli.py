@@ -81,7 +81,7 @@ def test_match_scores_pairs_in_input_order(tmp_path):
     out = tmp_path / "scored.tsv"
     result = run("match", "--file", pairs, "--out", out)
     assert result.exit_code == 0, result.output
-    assert "line 3: empty column 'b'" in result.output
+    assert "line 3: no letter or digit in column 'b'" in result.output
     rows = list(csv.DictReader(out.open(encoding="utf-8"), delimiter="\t"))
     assert [r["pair_id"] for r in rows] == ["1", "2", "3"]
     assert list(rows[0])[-4:] == ["label", "p_exact_match", "p_partial_match", "p_not_match"]
@@ -205,10 +205,20 @@ def test_an_index_built_on_a_database_server_is_not_read_from_a_new_sqlite_store
     said = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 1 and "was built with the database postgresql+psycopg2://app:***@db:5432/geo" in said
     assert "pass --db" in said and not (index_dir / settings.DB_FILENAME).exists()  # nothing created
-    # its own SQLite store, or an explicit URL, is used as before
-    assert settings.database_url(index_dir, "sqlite:////elsewhere.db") == "sqlite:////elsewhere.db"
-    (index_dir / settings.DB_FILENAME).touch()
+    assert settings.database_url(index_dir, "sqlite:////elsewhere.db") == "sqlite:////elsewhere.db"  # told: used
+    (index_dir / settings.DB_FILENAME).touch()  # an SQLite store left from before it moved to the server
+    with pytest.raises(settings.DatabaseNotGiven, match="a stale SQLite store would be used"):
+        settings.database_url(index_dir)
+    # a directory moved with its own SQLite store records its old path: its store is read
+    (index_dir / "index.json").write_text(json.dumps({"catalog": "default", "database": "sqlite:////old/place/mgeo.db"}))
     assert settings.database_url(index_dir) == f"sqlite:///{index_dir.resolve() / settings.DB_FILENAME}"
+
+
+def test_db_upgrade_creates_the_folder_of_a_new_sqlite_file(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new' / 'folder' / 'store.db'}"
+    result = run("db", "upgrade", "--db", url)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "new" / "folder" / "store.db").exists()
 
 
 def test_postgresql_urls_without_a_driver_get_the_installed_one():

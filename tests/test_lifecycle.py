@@ -274,6 +274,7 @@ def test_a_rebuild_reads_the_catalogs_own_columns_and_refuses_others(index_dir, 
         build(settings.SAMPLE_CATALOG, index_dir, address_column="city", **args)
     with pytest.raises(ValueError, match="this build names address column 'address' and id column 'name'"):
         build(settings.SAMPLE_CATALOG, index_dir, id_column="name", **args)
+    assert build(settings.SAMPLE_CATALOG, index_dir, address_column="Address", id_column=" POI_ID", **args).rows_inserted == 0
     with pytest.raises(ValueError, match="both 'poi_id'"):
         build(settings.SAMPLE_CATALOG, index_dir, address_column="poi_id", id_column="poi_id", **args)
     no_address = tmp_path / "no-address.csv"
@@ -292,7 +293,8 @@ def test_a_catalog_served_from_another_directory_is_not_taken_over(tmp_path, tin
         build(_csv(tmp_path / "d.csv", LINES[41:51]), second, db=shared, id_column="poi_id", model=tiny_model_dirs[0],
               device="cpu")
     generations.ensure_descriptor(second, settings.DEFAULT_CATALOG, shared)  # a directory pointed at the catalog
-    for write in (lambda: remove(["P0001"], second, db=shared, device="cpu"), lambda: gc(second, db=shared)):
+    for write in (lambda: remove(["P0001"], second, db=shared, device="cpu"), lambda: gc(second, db=shared),
+                  lambda: repair(second, db=shared, device="cpu")):  # it never served the catalog: nothing to repair
         with pytest.raises(generations.ServedElsewhere):
             write()
     engine = store.connect(shared)
