@@ -946,10 +946,11 @@ def jobs(
         for job in found:
             print(json.dumps(job, ensure_ascii=False, default=str))
         return
+    where = "MGEO_INDEX_DB" if not db and settings.env("DB") else ("--db" if db else str(index_dir))
     if not found:
-        console.print(f"no jobs in the store of {index_dir}")
+        console.print(f"no jobs in the store of {where}")
         return
-    table = Table(title=f"Jobs in the store of {index_dir}", title_justify="left")
+    table = Table(title=f"Jobs in the store of {where}", title_justify="left")
     table.add_column("id", justify="right")
     table.add_column("state", no_wrap=True)
     table.add_column("rows", justify="right", no_wrap=True)

@@ -123,6 +123,10 @@ def remove(ids: list[str], index_dir: str | Path, *, db: str | None = None, mode
             retired, not_found = store.retire_entries(engine, catalog_id, ids)
             if generation is None and not retired:
                 raise FileNotFoundError(f"{index_dir} has no index generation yet; build it first")
+            if not retired and generation["ntotal"] == store.count_entries(engine, catalog_id):
+                # nothing to remove, and no earlier removal waits to be published (the current generation
+                # holds exactly the live entries): no new generation, none pushed out
+                return RemoveResult(0, not_found, generation["id"], generation["ntotal"], time.perf_counter() - started)
             published = _republish(
                 engine, index_dir, db_url, catalog, catalog_id, generation, model=model, device=device, kind="remove",
                 build_fields={"seconds": time.perf_counter() - started, "stats": {"removed": len(retired)}},

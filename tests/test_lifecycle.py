@@ -87,6 +87,18 @@ def test_add_update_remove_embed_only_what_changed(index_dir, tmp_path, tiny_mod
     report = check(index_dir)
     assert report.clean, report.problems
     assert report.facts["live entries in store"] == report.facts["vectors in index"] == 299
+    # removing ids that are gone already writes no generation (and pushes none out)
+    again = remove(["P9001", "NOT-THERE"], index_dir, model=bi_dir, device="cpu")
+    assert (again.removed, again.generation_id, again.vectors_total) == (0, removed.generation_id, 299)
+
+
+def test_an_interrupted_removal_is_published_by_the_rerun(index_dir, tiny_model_dirs):
+    engine = store.connect(settings.database_url(index_dir))
+    store.retire_entries(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG), ["P0007"])  # as if killed here
+    before = generations.read_descriptor(index_dir)["generation_id"]
+    rerun = remove(["P0007"], index_dir, model=tiny_model_dirs[0], device="cpu")
+    assert rerun.removed == 0 and rerun.not_found == ["P0007"] and rerun.generation_id > before
+    assert rerun.vectors_total == 299 and check(index_dir).clean
 
 
 def test_readers_keep_their_generation_until_it_is_collected(index_dir, tiny_model_dirs):
