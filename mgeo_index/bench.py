@@ -88,10 +88,13 @@ def _native_stderr_silenced():
         os.close(saved)
 
 
-def _with_ceiling(report: dict, share: float | None) -> dict:
-    report["linear_share"] = share
-    report["ceiling_ratio"] = report["ratio"] / share if share else None
-    return report
+def _vs_naive(n: int, fast_s: float, naive_n: int, slow_s: float, rounds: int, engine_call, **extra) -> dict:
+    """The engine's and the naive loop's rates, their ratio, and the ceiling the engine's GEMM share puts on it."""
+    ratio = _rate(n, fast_s) / _rate(naive_n, slow_s)
+    share = linear_share(engine_call)
+    return {"engine_per_s": _rate(n, fast_s), "naive_per_s": _rate(naive_n, slow_s), "ratio": ratio, "n": n,
+            "naive_n": naive_n, **extra, "rounds": rounds, "linear_share": share,
+            "ceiling_ratio": ratio / share if share else None}
 
 
 def bench_encode(bi, texts: Sequence[str], naive_n: int = 200, rounds: int = 3) -> dict:
@@ -104,10 +107,7 @@ def bench_encode(bi, texts: Sequence[str], naive_n: int = 200, rounds: int = 3) 
         fast_s = min(fast_s, _seconds(lambda: engine.encode(bi, texts)))
         slow_s = min(slow_s, _seconds(lambda: naive_encode(bi, sample)))
     agree = float(np.abs(engine.encode(bi, texts)[: len(sample)] - naive_encode(bi, sample)).max())
-    report = {"engine_per_s": _rate(len(texts), fast_s), "naive_per_s": _rate(len(sample), slow_s),
-              "ratio": _rate(len(texts), fast_s) / _rate(len(sample), slow_s), "n": len(texts), "naive_n": len(sample),
-              "max_abs_diff": agree, "rounds": rounds}
-    return _with_ceiling(report, linear_share(lambda: engine.encode(bi, texts)))
+    return _vs_naive(len(texts), fast_s, len(sample), slow_s, rounds, lambda: engine.encode(bi, texts), max_abs_diff=agree)
 
 
 def bench_score(cross, first: Sequence[str], second: Sequence[str], naive_n: int = 200, rounds: int = 3) -> dict:
@@ -119,10 +119,7 @@ def bench_score(cross, first: Sequence[str], second: Sequence[str], naive_n: int
     for _ in range(rounds):
         fast_s = min(fast_s, _seconds(lambda: network_scores(cross, first, second)))
         slow_s = min(slow_s, _seconds(lambda: naive_score(cross, first[:n_slow], second[:n_slow])))
-    report = {"engine_per_s": _rate(len(first), fast_s), "naive_per_s": _rate(n_slow, slow_s),
-              "ratio": _rate(len(first), fast_s) / _rate(n_slow, slow_s), "n": len(first), "naive_n": n_slow,
-              "rounds": rounds}
-    return _with_ceiling(report, linear_share(lambda: network_scores(cross, first, second)))
+    return _vs_naive(len(first), fast_s, n_slow, slow_s, rounds, lambda: network_scores(cross, first, second))
 
 
 def bench_resolve(resolver, queries: Sequence[str], *, top_k: int = 10, warmup: int = 10) -> dict:

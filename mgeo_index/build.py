@@ -170,7 +170,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     engine_ = store.connect(db_url) if store.exists(db_url) else None
     try:
         if engine_ is not None:
-            generations.ensure_served_here(engine_, index_dir, catalog)
+            current = store.current_generation(engine_, store.catalog_id(engine_, catalog))  # None: a new catalog
+            generations.ensure_served_here(index_dir, catalog, current)
             if kind == "build":
                 address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
         try:

@@ -71,12 +71,10 @@ class ServedElsewhere(ValueError):
     """The catalog's current generation lives in another index directory (a shared database)."""
 
 
-def ensure_served_here(engine, index_dir: Path, catalog: str) -> None:
-    """Refuse to write catalog ``catalog`` from ``index_dir`` when the database's pointer names a generation
-    whose files are not in it: the catalog is served from another index directory sharing this database,
+def ensure_served_here(index_dir: Path, catalog: str, generation: dict | None) -> None:
+    """Refuse to write catalog ``catalog`` from ``index_dir`` when its current ``generation`` (the database's
+    pointer) has no files in it: the catalog is served from another index directory sharing this database,
     and a write from here would move its readers' pointer to files they cannot see."""
-    catalog_id = store.catalog_id(engine, catalog)
-    generation = store.current_generation(engine, catalog_id) if catalog_id is not None else None
     if generation is None or (Path(index_dir) / generation["index_file"]).exists():
         return
     raise ServedElsewhere(

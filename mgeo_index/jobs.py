@@ -578,7 +578,9 @@ def normalize_file(
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 
-    eng = store.connect(settings.database_url(index_dir, db))
+    # the URL itself goes to the resolvers, not the driver's environment or index.json: Ray actors may run elsewhere
+    db_url = settings.database_url(index_dir, db)
+    eng = store.connect(db_url)
     try:
         job = _start_or_resume(eng, input_path, output_path, index_dir, fp, params, ident, fmt, engine, rows_total, restart)
         if on_job:
@@ -593,7 +595,7 @@ def normalize_file(
         spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
         try:
             _run(eng, job, writer, chunks, policy, params, ident, result, progress, rows_total,
-                 engine=engine, index_dir=index_dir, db=db, device=device, backend=backend, resolver=resolver,
+                 engine=engine, index_dir=index_dir, db=db_url, device=device, backend=backend, resolver=resolver,
                  ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         except KeyboardInterrupt:
             store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
@@ -681,9 +683,7 @@ def _run(eng, job: dict, writer: PartWriter, chunks, policy: Policy, params: dic
         from mgeo_index.jobs_ray import ray_outcomes
 
         resolved = ray_outcomes(
-            # the URL itself, not the driver's environment or its index.json: actors may run elsewhere
-            pending(), policy=policy, batch_size=params["batch_size"], index_dir=index_dir,
-            db=settings.database_url(index_dir, db),
+            pending(), policy=policy, batch_size=params["batch_size"], index_dir=index_dir, db=db,
             model=ident["model_path"], cross_model=ident["cross_model_path"], device=device, backend=backend,
             address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
         )

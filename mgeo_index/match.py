@@ -116,7 +116,7 @@ def match_file(
                 line = _last_line = reader.line_num
                 result.rows += 1
                 row["_sides"] = tuple(side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
-                empty = [c for c, side in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(side)]
+                empty = [c for c, text in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(text)]
                 extra = row.pop(None, None)  # fields beyond the header's
                 row["_ok"] = not empty and not extra
                 if extra:

@@ -140,9 +140,7 @@ class Resolver:
     def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
         """Each query's parse with its candidates' parses: read from the store (written by ``build``),
         parsed now for entries built before that existed or by another parser version."""
-        stored = store.get_elements(self.engine, [m["id"] for matches in results for m in matches])
-        current = parser_version()
-        known = {i: e for i, e in stored.items() if e["parser"] == current}
+        known = self._current_elements([m["id"] for matches in results for m in matches])
         missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
         fresh = dict(zip(missing, parse(missing))) if missing else {}
         return [
@@ -150,12 +148,15 @@ class Resolver:
             for query, matches in zip(query_parses, results)
         ]
 
+    def _current_elements(self, ids: list[int]) -> dict[int, dict]:
+        """The stored parses of these entries that the current parser made (``build`` writes them)."""
+        current = parser_version()
+        return {i: e for i, e in store.get_elements(self.engine, ids).items() if e["parser"] == current}
+
     def _same_admin(self, query_parses: list[dict], candidates: list[list[tuple[int, float]]]):
         """Candidates whose city and district codes do not contradict the query's (unknown = no contradiction;
         codes stored by another parser version count as unknown until a build re-parses them)."""
-        current = parser_version()
-        stored = {i: e for i, e in store.get_elements(self.engine, [i for row in candidates for i, _ in row]).items()
-                  if e["parser"] == current}
+        stored = self._current_elements([i for row in candidates for i, _ in row])
         out = []
         for query, row in zip(query_parses, candidates):
             admin = query["admin"]

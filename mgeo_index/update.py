@@ -22,18 +22,15 @@ def _open(index_dir: Path, db: str | None, *, repairing: bool = False):
     descriptor = generations.read_descriptor(index_dir)
     db_url = settings.database_url(index_dir, db)
     engine = store.connect(db_url)
-    catalog_id = store.catalog_id(engine, descriptor["catalog"])
-    if catalog_id is None:
-        engine.dispose()
-        raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store {generations.redact(db_url)}; "
-                                f"is --db the database it was built with?")
     try:
-        if not repairing:
-            generations.ensure_served_here(engine, index_dir, descriptor["catalog"])
-        elif descriptor.get("generation_id") not in {g["id"] for g in store.list_generations(engine, catalog_id)}:
-            # a repair rebuilds this directory's lost files, never takes over one that never served the catalog
-            generations.ensure_served_here(engine, index_dir, descriptor["catalog"])
+        catalog_id = store.catalog_id(engine, descriptor["catalog"])
+        if catalog_id is None:
+            raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store "
+                                    f"{generations.redact(db_url)}; is --db the database it was built with?")
         generation = store.current_generation(engine, catalog_id)
+        # a repair rebuilds this directory's lost files; it never takes over a catalog the directory did not serve
+        if not repairing or descriptor.get("generation_id") not in {g["id"] for g in store.list_generations(engine, catalog_id)}:
+            generations.ensure_served_here(index_dir, descriptor["catalog"], generation)
     except BaseException:
         engine.dispose()
         raise

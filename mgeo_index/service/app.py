@@ -103,11 +103,14 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = JSONResponse({"detail": f"request body over {self.max_bytes} bytes (--max-body-bytes)"}, 413)
+        async def too_large() -> None:
+            self.metrics.rejected.labels(reason="too_large").inc()
+            await JSONResponse({"detail": f"request body over {self.max_bytes} bytes (--max-body-bytes)"}, 413)(
+                scope, receive, send)
+
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            self.metrics.rejected.labels(reason="too_large").inc()
-            return await too_large(scope, receive, send)
+            return await too_large()
         received = 0
         answered = False
 
@@ -119,8 +122,7 @@ class BodyLimit:
                 if received > self.max_bytes:
                     if not answered:
                         answered = True
-                        self.metrics.rejected.labels(reason="too_large").inc()
-                        await too_large(scope, receive, send)
+                        await too_large()
                     return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
             return message
 
