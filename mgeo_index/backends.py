@@ -1,7 +1,7 @@
 """CPU inference backends: how a loaded model's forward pass is run.
 
 One model object (tokenizer, labels, feature head, fingerprint) keeps its attributes; a backend only
-sets ``model.runner``, the callable :mod:`mgeo_index.engine` calls with each batch's tensors, and
+sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each batch's tensors, and
 ``model.precision``, the engine's default precision for it:
 
 - ``torch``: the module itself, FP32 (the reference);

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import engine
+from mgeo_index import inference
 from mgeo_index.text import normalize
 
 NAIVE_PAD = 64
@@ -101,13 +101,13 @@ def bench_encode(bi, texts: Sequence[str], naive_n: int = 200, rounds: int = 3) 
     """Engine vs naive loop, interleaved rounds (engine, naive, engine, …), best round of each kept."""
     texts = [normalize(t) for t in texts]
     sample = texts[:naive_n]
-    engine.encode(bi, texts[:64])  # warm-up
+    inference.encode(bi, texts[:64])  # warm-up
     fast_s = slow_s = float("inf")
     for _ in range(rounds):
-        fast_s = min(fast_s, _seconds(lambda: engine.encode(bi, texts)))
+        fast_s = min(fast_s, _seconds(lambda: inference.encode(bi, texts)))
         slow_s = min(slow_s, _seconds(lambda: naive_encode(bi, sample)))
-    agree = float(np.abs(engine.encode(bi, texts)[: len(sample)] - naive_encode(bi, sample)).max())
-    return _vs_naive(len(texts), fast_s, len(sample), slow_s, rounds, lambda: engine.encode(bi, texts), max_abs_diff=agree)
+    agree = float(np.abs(inference.encode(bi, texts)[: len(sample)] - naive_encode(bi, sample)).max())
+    return _vs_naive(len(texts), fast_s, len(sample), slow_s, rounds, lambda: inference.encode(bi, texts), max_abs_diff=agree)
 
 
 def bench_score(cross, first: Sequence[str], second: Sequence[str], naive_n: int = 200, rounds: int = 3) -> dict:
@@ -173,22 +173,22 @@ def bench_backends(
         t0 = time.perf_counter()
         bi = backends.apply(load_bi_encoder(settings.bi_model_path(model)), name)
         cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)), name)
-        engine.encode(bi, texts[:64])
+        inference.encode(bi, texts[:64])
         network_scores(cross, first[:64], second[:64])  # warm-up (and compilation) of what the rounds time
         loaded[name] = {"backend": name, "setup_s": time.perf_counter() - t0, "bi": bi, "cross": cross,
                         "encode_s": float("inf"), "pairs_s": float("inf")}
     for _ in range(rounds):
         for r in loaded.values():
-            r["encode_s"] = min(r["encode_s"], _seconds(lambda: engine.encode(r["bi"], texts)))
+            r["encode_s"] = min(r["encode_s"], _seconds(lambda: inference.encode(r["bi"], texts)))
             r["pairs_s"] = min(r["pairs_s"], _seconds(lambda: network_scores(r["cross"], first, second)))
     reference = loaded.get("torch")
-    ref_vectors = engine.encode(reference["bi"], texts[:500]) if reference is not None else None
+    ref_vectors = inference.encode(reference["bi"], texts[:500]) if reference is not None else None
     out = []
     for name, r in loaded.items():
         row = {"backend": name, "setup_s": r["setup_s"], "encode_per_s": _rate(len(texts), r["encode_s"]),
                "pairs_per_s": _rate(len(first), r["pairs_s"])}
         if reference is not None:
-            vectors = engine.encode(r["bi"], texts[:500])
+            vectors = inference.encode(r["bi"], texts[:500])
             row["embedding_cosine_min"] = float((vectors * ref_vectors).sum(1).min())
         if pairs is not None:
             report = evaluate_pairs(r["cross"], *pairs)
@@ -209,7 +209,7 @@ def network_scores(cross, first: Sequence[str], second: Sequence[str]) -> np.nda
     """The cross-encoder network alone (the stacked feature head costs the same per pair on every side)."""
     head, cross.feature_head = getattr(cross, "feature_head", None), None
     try:
-        return engine.score_pairs(cross, first, second)
+        return inference.score_pairs(cross, first, second)
     finally:
         cross.feature_head = head
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import engine
+from mgeo_index import inference
 from mgeo_index.catalog import CatalogError, detect_encoding, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
@@ -62,7 +62,7 @@ def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str],
 
 
 def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None) -> dict:
-    probs = engine.score_pairs(cross, [normalize(x) for x in a], [normalize(y) for y in b], device=device)
+    probs = inference.score_pairs(cross, [normalize(x) for x in a], [normalize(y) for y in b], device=device)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
     predicted = [LABELS.index(cross.labels[i]) for i in cross.decide(probs)]
     probs = probs[:, order]

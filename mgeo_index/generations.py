@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import engine as encoder, index as faiss_index, sparse as sparse_index, store
+from mgeo_index import inference as encoder, index as faiss_index, sparse as sparse_index, store
 from mgeo_index.crashpoints import crashpoint
 
 MANIFEST = "index.json"

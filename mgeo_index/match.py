@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import engine, features, settings
+from mgeo_index import inference, features, settings
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import has_content, normalize
@@ -29,7 +29,7 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     stacked = cross.feature_head is not None
     parsed = features.parse_distinct(a + b) if n and (explain or stacked) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
-    probs = engine.score_pairs(cross, a, b, device=device, features=pair_features)
+    probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
     return probs, cross.decide(probs), explained
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import backends, engine, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
+from mgeo_index import backends, inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.text import has_content, normalize
@@ -83,7 +83,7 @@ class Resolver:
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
         normalized = [normalize(q)[: settings.MAX_QUERY_CHARS] for q in queries]
-        vectors = engine.encode(self.bi, normalized, device=self.device)
+        vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
         rankings, weights = [], []
@@ -216,7 +216,7 @@ class Resolver:
                     start = rows.stop
                 firsts, seconds = [firsts[r] for r in kept], [seconds[r] for r in kept]
                 pair_features = pair_features[kept]
-        probs = engine.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
+        probs = inference.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
         decided = cross.decide(probs)
         row = 0
         for matches in results:

@@ -37,16 +37,16 @@ with out.open("w", encoding="utf-8", newline="") as fh:
 PY
 MGEO_INDEX_DEVICE=cuda timeout 240 $PY - <<'PY' 2>&1 | tee "$OUT/bench.json"
 import json, time, torch
-from mgeo_index import engine, kernels, settings
+from mgeo_index import inference, kernels, settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 import csv
 texts = [r["address"] for r in csv.DictReader(open("device-check-addresses.csv", encoding="utf-8"))]
 bi = load_bi_encoder(settings.DEFAULT_BI_MODEL).to("cuda")
 report = {}
 for precision in ("fp16", "fp32"):
-    engine.encode(bi, texts[:2048], device="cuda", precision=precision)
+    inference.encode(bi, texts[:2048], device="cuda", precision=precision)
     torch.cuda.synchronize(); t = time.perf_counter()
-    engine.encode(bi, texts, device="cuda", precision=precision)
+    inference.encode(bi, texts, device="cuda", precision=precision)
     torch.cuda.synchronize(); report[f"default_model_{precision}_addresses_per_s"] = len(texts) / (time.perf_counter() - t)
 # a BERT-base-sized encoder (random weights: speed only)
 from transformers import BertConfig, BertModel
@@ -54,9 +54,9 @@ from mgeo_index.model.bi_encoder import BiEncoder
 base = BiEncoder(BertModel(BertConfig(vocab_size=len(bi.tokenizer), hidden_size=768, num_hidden_layers=12,
                                       num_attention_heads=12, intermediate_size=3072), add_pooling_layer=False),
                  bi.tokenizer).to("cuda").eval()
-engine.encode(base, texts[:2048], device="cuda", precision="fp16")
+inference.encode(base, texts[:2048], device="cuda", precision="fp16")
 torch.cuda.synchronize(); t = time.perf_counter()
-engine.encode(base, texts, device="cuda", precision="fp16")
+inference.encode(base, texts, device="cuda", precision="fp16")
 torch.cuda.synchronize(); report["bert_base_fp16_addresses_per_s"] = len(texts) / (time.perf_counter() - t)
 x = torch.randn(65536, 256, device="cuda")
 for name, fn in (("triton_l2", lambda: kernels.l2_normalize(x, backend="triton")), ("torch_l2", lambda: kernels.torch_l2_normalize(x)),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgeo_index import backends, bench, engine, settings
+from mgeo_index import backends, bench, inference, settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -23,29 +23,29 @@ def _cache(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["bf16", "int8", "onnx"])
 def test_backend_matches_plain_torch(tiny_model_dirs, name):
     bi_dir, cross_dir = tiny_model_dirs
-    reference = engine.encode(load_bi_encoder(bi_dir), TEXTS)
-    ref_probs = engine.score_pairs(load_cross_encoder(cross_dir), TEXTS, TEXTS[::-1])
+    reference = inference.encode(load_bi_encoder(bi_dir), TEXTS)
+    ref_probs = inference.score_pairs(load_cross_encoder(cross_dir), TEXTS, TEXTS[::-1])
     bi = backends.apply(load_bi_encoder(bi_dir), name)
     cross = backends.apply(load_cross_encoder(cross_dir), name)
     assert bi.backend == cross.backend == name
-    vectors = engine.encode(bi, TEXTS)
-    probs = engine.score_pairs(cross, TEXTS, TEXTS[::-1])
+    vectors = inference.encode(bi, TEXTS)
+    probs = inference.score_pairs(cross, TEXTS, TEXTS[::-1])
     tolerance = {"bf16": 3e-2, "int8": 3e-2}.get(name, 1e-4)
     assert vectors.shape == reference.shape and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
     assert np.abs(vectors - reference).max() < tolerance  # same rows, same (input) order
     assert np.abs(probs - ref_probs).max() < tolerance
     # one item alone gives what it gives inside a batch (dynamic batch and sequence axes for onnx); int8
     # scales activations per batch, so its results move slightly with the batch's other items
-    assert np.abs(engine.encode(bi, TEXTS[3]) - vectors[3]).max() < (tolerance if name == "int8" else 1e-4)
+    assert np.abs(inference.encode(bi, TEXTS[3]) - vectors[3]).max() < (tolerance if name == "int8" else 1e-4)
 
 
 def test_compile_backend_matches_plain_torch(tiny_model_dirs):
     """torch.compile (Inductor, dynamic shapes): the bi-encoder only, since compiling costs minutes here."""
     bi = load_bi_encoder(tiny_model_dirs[0])
-    reference = engine.encode(bi, TEXTS)
+    reference = inference.encode(bi, TEXTS)
     backends.apply(bi, "compile")
-    assert np.abs(engine.encode(bi, TEXTS) - reference).max() < 1e-4
-    assert np.abs(engine.encode(bi, TEXTS[:5]) - reference[:5]).max() < 1e-4  # other shapes, no recompilation
+    assert np.abs(inference.encode(bi, TEXTS) - reference).max() < 1e-4
+    assert np.abs(inference.encode(bi, TEXTS[:5]) - reference[:5]).max() < 1e-4  # other shapes, no recompilation
 
 
 def test_onnx_export_is_cached_by_fingerprint(tiny_model_dirs):
@@ -69,8 +69,8 @@ def test_models_never_saved_get_a_graph_of_their_own(tiny_model_dirs):
     same.fingerprint = ""
     assert backends.onnx_path(same) == backends.onnx_path(first)  # the same weights reuse one graph
     for model in (first, second):
-        reference = engine.encode(backends.apply(model, "torch"), TEXTS)
-        assert np.abs(engine.encode(backends.apply(model, "onnx"), TEXTS) - reference).max() < 1e-4
+        reference = inference.encode(backends.apply(model, "torch"), TEXTS)
+        assert np.abs(inference.encode(backends.apply(model, "onnx"), TEXTS) - reference).max() < 1e-4
 
 
 def test_runner_is_not_part_of_the_model_state(tiny_model_dirs):

@@ -214,7 +214,7 @@ def test_admin_filter_drops_candidates_in_another_city(built):
 
 
 def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkeypatch):
-    from mgeo_index import engine as engine_mod
+    from mgeo_index import inference as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)
@@ -247,7 +247,7 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
 
 
 def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, monkeypatch):
-    from mgeo_index import engine as engine_mod
+    from mgeo_index import inference as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)

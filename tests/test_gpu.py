@@ -5,7 +5,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU paths run in scripts/device_check.sh")
 
-from mgeo_index import engine, index as faiss_index, kernels, settings  # noqa: E402
+from mgeo_index import inference, index as faiss_index, kernels, settings  # noqa: E402
 from mgeo_index.model.bi_encoder import load_bi_encoder  # noqa: E402
 from mgeo_index.model.cross_encoder import load_cross_encoder  # noqa: E402
 
@@ -25,15 +25,15 @@ def test_triton_kernels_match_torch_on_cuda(shape):
 
 def test_fp16_engine_agrees_with_fp32():
     bi = load_bi_encoder(settings.DEFAULT_BI_MODEL).to("cuda")
-    fp16 = engine.encode(bi, ADDRESSES, device="cuda", precision="fp16")
-    fp32 = engine.encode(bi, ADDRESSES, device="cuda", precision="fp32")
-    cpu = engine.encode(bi.to("cpu"), ADDRESSES, device="cpu")
+    fp16 = inference.encode(bi, ADDRESSES, device="cuda", precision="fp16")
+    fp32 = inference.encode(bi, ADDRESSES, device="cuda", precision="fp32")
+    cpu = inference.encode(bi.to("cpu"), ADDRESSES, device="cpu")
     assert np.min(np.sum(fp16 * fp32, axis=1)) > 0.999
     assert np.min(np.sum(fp32 * cpu, axis=1)) > 0.9999
     cross = load_cross_encoder(settings.DEFAULT_CROSS_MODEL).to("cuda")
     shuffled = ADDRESSES[::-1]
-    p16 = engine.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp16")
-    p32 = engine.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp32")
+    p16 = inference.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp16")
+    p32 = inference.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp32")
     assert np.mean(p16.argmax(1) == p32.argmax(1)) > 0.98
     assert np.abs(p16 - p32).max() < 0.05
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from mgeo_index import engine, settings
+from mgeo_index import inference, settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.manifest import MANIFEST, ModelError, fingerprint
@@ -13,10 +13,10 @@ from mgeo_index.model.manifest import MANIFEST, ModelError, fingerprint
 
 def test_round_trip_keeps_outputs_and_fingerprint(tiny_model_dirs, tmp_path):
     bi = load_bi_encoder(tiny_model_dirs[0])
-    before = engine.encode(bi, ["北京市朝阳区建国路88号", "人民路1号"])
+    before = inference.encode(bi, ["北京市朝阳区建国路88号", "人民路1号"])
     bi.save(tmp_path / "copy")
     again = load_bi_encoder(tmp_path / "copy")
-    np.testing.assert_allclose(engine.encode(again, ["北京市朝阳区建国路88号", "人民路1号"]), before, atol=1e-6)
+    np.testing.assert_allclose(inference.encode(again, ["北京市朝阳区建国路88号", "人民路1号"]), before, atol=1e-6)
     assert again.fingerprint == bi.fingerprint == fingerprint(tiny_model_dirs[0])
     manifest = json.loads((tmp_path / "copy" / MANIFEST).read_text())
     assert manifest["kind"] == "bi-encoder" and manifest["projection_dim"] == 16
@@ -40,7 +40,7 @@ def test_plain_hugging_face_checkpoint_loads_with_mean_pooling(tiny_model_dirs, 
     tokenizer.save_pretrained(tmp_path / "hf")
     bi = load_bi_encoder(tmp_path / "hf")
     assert bi.pooling == "mean" and bi.dim == 24 and bi.projection is None
-    assert engine.encode(bi, ["人民路1号"]).shape == (1, 24)
+    assert inference.encode(bi, ["人民路1号"]).shape == (1, 24)
     with pytest.raises(ModelError, match="labels"):
         load_cross_encoder(tmp_path / "hf")  # two default labels, not the three we need
 
@@ -60,7 +60,7 @@ def test_shipped_default_models_are_trained_and_consistent():
     metrics = json.loads((settings.DEFAULT_MODEL_DIR / "metrics.json").read_text())
     assert metrics["fingerprints"] == {"bi": bi.fingerprint, "cross": cross.fingerprint}
     # a trained model tells a same-place pair from a different-place pair
-    probs = engine.score_pairs(cross, ["北京市朝阳区建国路88号", "北京市朝阳区建国路88号"],
+    probs = inference.score_pairs(cross, ["北京市朝阳区建国路88号", "北京市朝阳区建国路88号"],
                                ["北京朝阳建国路88号", "广州市天河区中山大道西1号"])
     exact = cross.labels.index("exact_match")
     assert probs[0, exact] > probs[1, exact]
@@ -111,10 +111,10 @@ def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
 
     cross.model.forward = forbidden
     a, b = ["北京市朝阳区建国路88号", "深圳南山中山路75号"], ["北京朝阳建国路88号", "广州市天河区中山大道西1号"]
-    probs = engine.score_pairs(cross, a, b)
+    probs = inference.score_pairs(cross, a, b)
     with torch.no_grad():
         expected = torch.softmax(1.3 * cross.feature_head(torch.from_numpy(pair_features_batch(a, b))) + torch.tensor([0.1, 0.0, -0.1]), -1)
     np.testing.assert_allclose(probs, expected.numpy(), atol=1e-6)
     cross.stack["alpha"] = 0.5
     with pytest.raises(AssertionError, match="the transformer ran"):
-        engine.score_pairs(cross, a, b)
+        inference.score_pairs(cross, a, b)

@@ -21,7 +21,7 @@ import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from mgeo_index import build as build_mod, engine, settings  # noqa: E402
+from mgeo_index import build as build_mod, inference, settings  # noqa: E402
 from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
 from mgeo_index.service import backend  # noqa: E402
@@ -123,7 +123,7 @@ def test_match_labels_pairs_like_the_engine(client, built_index):
     assert r.status_code == 200
     results = r.json()["results"]
     resolver = open_resolver(built_index)
-    expected = engine.score_pairs(resolver.cross, [normalize(p["a"]) for p in pairs], [normalize(p["b"]) for p in pairs])
+    expected = inference.score_pairs(resolver.cross, [normalize(p["a"]) for p in pairs], [normalize(p["b"]) for p in pairs])
     for pair, result, p in zip(pairs, results, expected):
         assert (result["a"], result["b"]) == (pair["a"], pair["b"])
         probs = [result["probabilities"][label] for label in resolver.cross.labels]

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from mgeo_index import engine
+from mgeo_index import inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
@@ -31,9 +31,10 @@ def tiny_data(tmp_path_factory):
         gold = rng.choice(catalog)
         query = gold.replace("市", "", 1).replace("区", "", 1)
         others = rng.sample(catalog, 3)
-        ccks.append(f"q{q}\t{query}\t{gold}\texact_match\tx")
-        ccks.append(f"q{q}\t{query}\t{others[0][:-3]}\tpartial_match\tx")
-        ccks += [f"q{q}\t{query}\t{o}\tnot_match\tx" for o in others[1:] if o != gold]
+        source = "round2_train" if q % 2 else "round1_train_fold0"
+        ccks.append(f"q{q}\t{query}\t{gold}\texact_match\t{source}")
+        ccks.append(f"q{q}\t{query}\t{others[0][:-3]}\tpartial_match\t{source}")
+        ccks += [f"q{q}\t{query}\t{o}\tnot_match\t{source}" for o in others[1:] if o != gold]
     _gz(root / "pairs" / "ccks2021_train.tsv.gz", "\n".join(ccks) + "\n")
     sz = ["addr1\taddr2\tlabel"] + [f"{a[3:]}\t{a}\t1" for a in catalog] + [f"{a[3:]}\t{rng.choice(catalog)}\t0" for a in catalog]
     _gz(root / "pairs" / "shenzhen_val.tsv.gz", "\n".join(sz) + "\n")
@@ -43,6 +44,11 @@ def tiny_data(tmp_path_factory):
               for c, d in PLACES for r in ROADS]
     _gz(root / "catalog" / "tagged_addresses_swei412.jsonl.gz", "\n".join(tagged) + "\n")
     _gz(root / "catalog" / "tagged_addresses_ncap2019.jsonl.gz", tagged[0] + "\n")
+    _gz(root / "catalog" / "tagged_addresses_ccks2021_track2.jsonl.gz", tagged[1] + "\n")
+    _gz(root / "catalog" / "unlabeled_addresses_ccks2021_track2.txt.gz", "\n".join(a[3:] for a in catalog) + "\n")
+    extra = ["r" + line[1:].rsplit("\t", 1)[0] + "\tround1_train_tail" for line in ccks[1:60]]
+    _gz(root / "pairs" / "ccks2021_round1_extra.tsv.gz", "\n".join([ccks[0]] + extra) + "\n")
+    _gz(root / "pairs" / "shenzhen_train.tsv.gz", "\n".join(sz[:40]) + "\n")
     admin = ["level,name,code,short_name,province,city,county"] + [f"4,{d}街道,,,{c},{c},{d}" for c, d in PLACES]
     _gz(root / "admin" / "jionlp_4level.csv.gz", "\n".join(admin) + "\n")
     return root
@@ -60,7 +66,7 @@ def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_pat
         assert 0.0 <= metrics[name]["macro_f1"] <= 1.0 and metrics[name]["n"] > 0
     assert metrics["stages"]["mlm"]["steps"] >= 1 and metrics["stages"]["cross"]["steps"] >= 1
     assert 0 <= metrics["ccks_dev_retrieval"]["recall@10"] <= 1
-    probs = engine.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
     assert json.loads((cfg.out / "metrics.json").read_text())["config"]["hidden"] == 32
 
@@ -108,3 +114,70 @@ def test_the_network_must_earn_its_running_time():
     assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.45}) == "stacked"
     assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.40 + NETWORK_MIN_GAIN / 2}) == "features"
     assert choose_scorer({"network": 0.30, "stacked": 0.40, "features": 0.45}) == "network"
+
+
+def test_all_pairs_reads_every_labelled_file_with_its_source(tiny_data):
+    from mgeo_index.training import data
+
+    pairs = data.all_pairs(tiny_data)
+    sources = {p.source for p in pairs}
+    assert sources == {"round2_train", "round1_train_fold0", "round1_train_tail", "shenzhen"}
+    assert len(data.ccks_extra_pairs(tiny_data)) == 59 and len(data.shenzhen_train_pairs(tiny_data)) == 39
+    assert any(row["text"].endswith("1号") for row in data.tagged_addresses(tiny_data))
+    corpus = data.corpus(tiny_data, random.Random(0))
+    assert set(data.unlabeled_addresses(tiny_data)) <= set(corpus)
+
+
+def test_teacher_trains_resumes_and_exports_a_loadable_cross_encoder(tiny_data, tmp_path):
+    from mgeo_index.training.teacher import TeacherConfig, train_teacher
+
+    cfg = TeacherConfig(data_dir=tiny_data, out=tmp_path / "teacher", hidden=32, layers=2, heads=2, intermediate=64,
+                        mlm_minutes=0.03, cross_minutes=0.03, mlm_batch=12, cross_batch=8, checkpoint_minutes=0.01,
+                        eval_minutes=0.01, log=lambda _: None)
+    record = train_teacher(cfg)
+    assert record["mlm"]["done"] and record["mlm"]["steps"] >= 3  # singles, tagged and pair batches all ran
+    assert record["cross"]["done"] and record["cross"]["kept_step"] <= record["cross"]["steps"]
+    # a larger budget continues from the checkpoint (not from step 0) and retrains the fine-tuning
+    cfg.mlm_minutes = record["mlm"]["minutes"] + 0.02
+    longer = train_teacher(cfg, export_to=tmp_path / "export")
+    assert longer["mlm"]["steps"] > record["mlm"]["steps"]
+    cross = load_cross_encoder(tmp_path / "export")
+    assert cross.model.config.num_hidden_layers == 2 and cross.temperature > 0
+    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
+
+
+def test_whole_element_masking_masks_whole_elements():
+    from transformers import AutoTokenizer
+
+    from mgeo_index.settings import DEFAULT_CROSS_MODEL
+    from mgeo_index.training.teacher import _element_ranges, mask_elements
+
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_CROSS_MODEL)
+    text, ranges = _element_ranges([["city", "北京市"], ["district", "朝阳区"], ["road", "建国路"], ["roadno", "88号"]])
+    assert text == "北京市朝阳区建国路88号" and ranges[0] == (1, 4) and ranges[-1] == (10, 13)
+    ids = tokenizer([text], return_tensors="pt")["input_ids"]
+    for seed in range(20):
+        _, labels = mask_elements(ids, [ranges], tokenizer, random.Random(seed))
+        picked = set((labels[0] != -100).nonzero().flatten().tolist())
+        # every masked position belongs to an element that is masked whole (elements are short here)
+        assert picked and all(set(range(a, b)) <= picked for a, b in ranges if picked & set(range(a, b)))
+
+
+def test_fgm_perturbs_and_restores_the_embeddings():
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from mgeo_index.training.teacher import FGM
+
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32, num_labels=3))
+    before = model.bert.embeddings.word_embeddings.weight.detach().clone()
+    out = model(input_ids=torch.tensor([[2, 7, 9, 3]]), labels=torch.tensor([1]))
+    out.loss.backward()
+    fgm = FGM(model, epsilon=0.5)
+    assert fgm.attack()
+    moved = model.bert.embeddings.word_embeddings.weight.detach() - before
+    assert abs(float(torch.linalg.vector_norm(moved)) - 0.5) < 1e-4
+    fgm.restore()
+    assert torch.equal(model.bert.embeddings.word_embeddings.weight.detach(), before)

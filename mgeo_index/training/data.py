@@ -24,6 +24,7 @@ class Pair:
     a: str
     b: str
     label: str  # one of LABELS
+    source: str = ""  # where the label comes from (CCKS split_source, "shenzhen"): labelling differs by source
 
 
 def split_of(group: str) -> str:
@@ -36,20 +37,44 @@ def _read_tsv(path: Path) -> Iterator[dict]:
         yield from csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
 
 
-def ccks_pairs(data_dir: Path) -> list[Pair]:
+def _ccks_file(path: Path) -> list[Pair]:
     return [
-        Pair(row["query_id"], row["query"], row["candidate"], row["label"])
-        for row in _read_tsv(data_dir / "pairs" / "ccks2021_train.tsv.gz")
+        Pair(row["query_id"], row["query"], row["candidate"], row["label"], row.get("split_source") or "ccks")
+        for row in _read_tsv(path)
         if row["label"] in LABELS and row["query"] and row["candidate"]
+    ]
+
+
+def ccks_pairs(data_dir: Path) -> list[Pair]:
+    """The CCKS2021 pairs the figures are reported on (round-1 fold 0 and round 2; ``source`` says which)."""
+    return _ccks_file(data_dir / "pairs" / "ccks2021_train.tsv.gz")
+
+
+def ccks_extra_pairs(data_dir: Path) -> list[Pair]:
+    """More round-1 CCKS pairs (``round1_train_tail``: 4% exact_match, labelled more sparingly than round 2)."""
+    return _ccks_file(data_dir / "pairs" / "ccks2021_round1_extra.tsv.gz")
+
+
+def _shenzhen_file(path: Path) -> list[Pair]:
+    return [
+        Pair(row["addr1"], row["addr1"], row["addr2"], "exact_match" if row["label"] == "1" else "not_match", "shenzhen")
+        for row in _read_tsv(path)
     ]
 
 
 def shenzhen_pairs(data_dir: Path) -> list[Pair]:
     """Shenzhen binary labels: 1 → exact_match (same place), 0 → not_match."""
-    return [
-        Pair(row["addr1"], row["addr1"], row["addr2"], "exact_match" if row["label"] == "1" else "not_match")
-        for row in _read_tsv(data_dir / "pairs" / "shenzhen_val.tsv.gz")
-    ]
+    return _shenzhen_file(data_dir / "pairs" / "shenzhen_val.tsv.gz")
+
+
+def shenzhen_train_pairs(data_dir: Path) -> list[Pair]:
+    """The Shenzhen dataset's own training split (35,375 pairs); split by the same hash of addr1."""
+    return _shenzhen_file(data_dir / "pairs" / "shenzhen_train.tsv.gz")
+
+
+def all_pairs(data_dir: Path) -> list[Pair]:
+    """Every labelled pair: CCKS (reported + extra round 1) and Shenzhen (val + train)."""
+    return ccks_pairs(data_dir) + ccks_extra_pairs(data_dir) + shenzhen_pairs(data_dir) + shenzhen_train_pairs(data_dir)
 
 
 def ccks_catalog(data_dir: Path) -> list[str]:
@@ -61,9 +86,19 @@ def shenzhen_catalog(data_dir: Path) -> list[str]:
         return [line.strip() for line in fh if line.strip()]
 
 
+TAGGED_FILES = ("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz",
+                "tagged_addresses_ccks2021_track2.jsonl.gz")
+
+
+def unlabeled_addresses(data_dir: Path) -> list[str]:
+    """CCKS2021 track-2 test inputs (digits masked as 0): text for pretraining only."""
+    with gzip.open(data_dir / "catalog" / "unlabeled_addresses_ccks2021_track2.txt.gz", "rt", encoding="utf-8") as fh:
+        return [line.strip() for line in fh if line.strip()]
+
+
 def tagged_addresses(data_dir: Path) -> list[dict]:
     rows = []
-    for name in ("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz"):
+    for name in TAGGED_FILES:
         with gzip.open(data_dir / "catalog" / name, "rt", encoding="utf-8") as fh:
             rows.extend(json.loads(line) for line in fh if line.strip())
     return rows
@@ -86,11 +121,12 @@ def admin_addresses(data_dir: Path, rng: random.Random, limit: int = 40000) -> l
 def corpus(data_dir: Path, rng: random.Random) -> list[str]:
     """All address text available, for the vocabulary and masked-language pretraining."""
     texts: list[str] = []
-    for pair in ccks_pairs(data_dir) + shenzhen_pairs(data_dir):
+    for pair in all_pairs(data_dir):
         if split_of(pair.group) == "train":
             texts.extend((pair.a, pair.b))
     texts += ccks_catalog(data_dir) + shenzhen_catalog(data_dir)
     texts += [row["text"] for row in tagged_addresses(data_dir) if row.get("split", "train") == "train"]
+    texts += unlabeled_addresses(data_dir)
     texts += admin_addresses(data_dir, rng)
     return list(dict.fromkeys(t for t in texts if t))
 

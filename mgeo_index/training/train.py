@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
-from mgeo_index import engine
+from mgeo_index import inference
 from mgeo_index.metrics import retrieval_report
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -76,7 +76,7 @@ def resolve_precision(precision: str) -> str:
 
 
 def _autocast(cfg: TrainConfig):
-    return engine._autocast("cpu" if not torch.cuda.is_available() else "cuda", resolve_precision(cfg.precision))
+    return inference._autocast("cpu" if not torch.cuda.is_available() else "cuda", resolve_precision(cfg.precision))
 
 
 def _device() -> str:
@@ -116,8 +116,8 @@ def _timed_loop(
     while (elapsed := time.perf_counter() - start) < budget:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(elapsed, budget, peak_lr)
-        loss = step_fn()
         optimizer.zero_grad(set_to_none=True)
+        loss = step_fn()  # may accumulate gradients itself (several passes); its .backward() adds the rest
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
         optimizer.step()
@@ -402,7 +402,7 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
 
 def _pair_logits(cross: CrossEncoder, examples) -> np.ndarray:
     saved, cross.temperature = cross.temperature, 1.0
-    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    probs = inference.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
     cross.temperature = saved
     return np.log(np.clip(probs, 1e-12, None))  # log-softmax = logits up to a per-row constant
 
@@ -538,7 +538,7 @@ def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.ar
 
 def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> None:
     """Set ``cross.decision_offsets`` from held-out (a, b, LABELS index) examples."""
-    probs = engine.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    probs = inference.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
     gold = np.array([cross.labels.index(LABELS[g]) for *_, g in examples])
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
 
@@ -579,8 +579,8 @@ def evaluate_retrieval(bi: BiEncoder, pairs: list[data.Pair], catalog: list[str]
             queries.append(p.a)
             gold.append(position[p.b])
     index = faiss_index.make_index(bi.dim, "Flat")
-    faiss_index.add(index, engine.encode(bi, [normalize(t) for t in catalog]), np.arange(len(catalog), dtype=np.int64))
-    _, ids = faiss_index.search(index, engine.encode(bi, [normalize(q) for q in queries]), 10)
+    faiss_index.add(index, inference.encode(bi, [normalize(t) for t in catalog]), np.arange(len(catalog), dtype=np.int64))
+    _, ids = faiss_index.search(index, inference.encode(bi, [normalize(q) for q in queries]), 10)
     return retrieval_report(ids, gold)
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from mgeo_index import engine
+from mgeo_index import inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -12,7 +12,7 @@ TEXTS = ["北京市朝阳区建国路88号", "上海徐汇", "广东省深圳市
 @given(st.lists(st.integers(min_value=1, max_value=200), max_size=60), st.integers(64, 2048), st.integers(1, 16))
 @hsettings(max_examples=60, deadline=None)
 def test_batches_cover_every_item_once_within_budget(lengths, max_tokens, max_batch):
-    batches = engine.length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch)
+    batches = inference.length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch)
     seen = np.concatenate(batches) if batches else np.array([], dtype=int)
     assert sorted(seen.tolist()) == list(range(len(lengths)))
     for batch in batches:
@@ -26,30 +26,30 @@ def test_batches_cover_every_item_once_within_budget(lengths, max_tokens, max_ba
 
 def test_encode_is_batch_invariant_and_in_input_order(tiny_model_dirs):
     bi = load_bi_encoder(tiny_model_dirs[0])
-    together = engine.encode(bi, TEXTS, max_tokens=64)  # several batches
-    alone = np.stack([engine.encode(bi, t) for t in TEXTS])
+    together = inference.encode(bi, TEXTS, max_tokens=64)  # several batches
+    alone = np.stack([inference.encode(bi, t) for t in TEXTS])
     assert together.shape == (len(TEXTS), bi.dim) == (5, 16)
     np.testing.assert_allclose(together, alone, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
-    assert engine.encode(bi, []).shape == (0, 16)
+    assert inference.encode(bi, []).shape == (0, 16)
 
 
 def test_score_pairs_probabilities(tiny_model_dirs):
     cross = load_cross_encoder(tiny_model_dirs[1])
-    probs = engine.score_pairs(cross, TEXTS, TEXTS[::-1], max_tokens=100)
+    probs = inference.score_pairs(cross, TEXTS, TEXTS[::-1], max_tokens=100)
     assert probs.shape == (5, 3)
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
-    one = engine.score_pairs(cross, TEXTS[1:2], TEXTS[::-1][1:2])
+    one = inference.score_pairs(cross, TEXTS[1:2], TEXTS[::-1][1:2])
     np.testing.assert_allclose(one[0], probs[1], atol=1e-5)
     with pytest.raises(ValueError, match="2 queries but 1 candidates"):
-        engine.score_pairs(cross, TEXTS[:2], TEXTS[:1])
+        inference.score_pairs(cross, TEXTS[:2], TEXTS[:1])
 
 
 def test_temperature_flattens_probabilities(tiny_model_dirs):
     cross = load_cross_encoder(tiny_model_dirs[1])
-    sharp = engine.score_pairs(cross, TEXTS, TEXTS)
+    sharp = inference.score_pairs(cross, TEXTS, TEXTS)
     cross.temperature = 100.0
-    flat = engine.score_pairs(cross, TEXTS, TEXTS)
+    flat = inference.score_pairs(cross, TEXTS, TEXTS)
     assert (flat.max(1) <= sharp.max(1) + 1e-6).all()
     np.testing.assert_allclose(flat, 1 / 3, atol=0.02)
 
@@ -57,4 +57,4 @@ def test_temperature_flattens_probabilities(tiny_model_dirs):
 def test_unknown_precision_is_refused(tiny_model_dirs):
     bi = load_bi_encoder(tiny_model_dirs[0])
     with pytest.raises(ValueError, match="precision must be one of"):
-        engine.encode(bi, TEXTS, precision="int3")
+        inference.encode(bi, TEXTS, precision="int3")
