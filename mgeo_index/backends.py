@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from mgeo_index import settings
+from mgeo_index import files, settings
 
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 ONNX_OPSET = 17
@@ -118,19 +117,18 @@ def export_onnx(model) -> Path:
     sample = model.tokenizer(["北京市朝阳区建国路88号", "深圳"], padding=True, return_tensors="pt")
     ids = sample["input_ids"]
     args = (ids, sample["attention_mask"], sample.get("token_type_ids", torch.zeros_like(ids)))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
     axes["output"] = {0: "batch"}
-    try:
+
+    def write(tmp: str) -> None:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer notes about HF's Python-side checks; the tests compare outputs
             torch.onnx.export(
-                _Exportable(model).eval(), args, str(tmp), input_names=list(_INPUTS), output_names=["output"],
+                _Exportable(model).eval(), args, tmp, input_names=list(_INPUTS), output_names=["output"],
                 dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
             )
-        os.replace(tmp, path)  # atomic: a concurrent or interrupted export never leaves half a file
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    files.replace_atomic(path, write)  # a concurrent or interrupted export never leaves half a file
     return path
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import inference as encoder, index as faiss_index, sparse as sparse_index, store
+from mgeo_index import files, inference as encoder, index as faiss_index, sparse as sparse_index, store
 from mgeo_index.crashpoints import crashpoint
 
 MANIFEST = "index.json"
@@ -37,14 +37,6 @@ Progress = Callable[[str, int, int | None], None]
 
 
 # --------------------------------------------------------------------------- index.json
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, indent=2)
-
-    faiss_index.replace_atomic(path, write)
 
 
 def read_descriptor(index_dir: str | Path) -> dict:
@@ -64,7 +56,7 @@ def ensure_descriptor(index_dir: Path, catalog: str, db_url: str) -> None:
     """Write ``index.json`` naming the catalog before the first generation exists."""
     path = index_dir / MANIFEST
     if not path.exists():
-        write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
+        files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
 
 
 class ServedElsewhere(ValueError):
@@ -263,7 +255,7 @@ def publish(
         ntotal=int(index.ntotal), ids_sha256=ids_sha256(faiss_index.index_ids(index)), checksums=checksums,
         model_fingerprint=bi.fingerprint, model_path=bi.path,
     )
-    write_json_atomic(index_dir / MANIFEST, manifest_of(store.current_generation(engine, catalog_id), catalog, db_url))
+    files.write_json_atomic(index_dir / MANIFEST, manifest_of(store.current_generation(engine, catalog_id), catalog, db_url))
     collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
     timings["save"] = time.perf_counter() - t0
     return Published(generation_id, index_file, sparse_file, len(live), int(index.ntotal), int(missing.size),

@@ -21,12 +21,13 @@ import logging
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from typing import Any, Union
 
 import faiss
 import numpy as np
+
+from mgeo_index import files
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -40,7 +41,6 @@ __all__ = [
     "min_training_vectors",
     "needs_training",
     "remove",
-    "replace_atomic",
     "save_atomic",
     "search",
     "set_search_params",
@@ -118,74 +118,17 @@ def _hnsw(index: Any) -> Any | None:
     return getattr(_unwrap(index), "hnsw", None)
 
 
-_SQ_NAMES: dict[int, str] = {}
-for _qt, _name in (
-    ("QT_8bit", "SQ8"),
-    ("QT_4bit", "SQ4"),
-    ("QT_6bit", "SQ6"),
-    ("QT_fp16", "SQfp16"),
-    ("QT_bf16", "SQbf16"),
-    ("QT_8bit_direct", "SQ8_direct"),
-    ("QT_8bit_direct_signed", "SQ8_direct_signed"),
-):
-    if hasattr(faiss.ScalarQuantizer, _qt):
-        _SQ_NAMES[getattr(faiss.ScalarQuantizer, _qt)] = _name
-
-
-def _pq_code(pq: Any) -> str:
-    return f"PQ{pq.M}" + ("" if pq.nbits == 8 else f"x{pq.nbits}")
-
-
-def _reverse_factory_fallback(index: Any) -> str | None:
-    """Best-effort factory string for the common structures (no IDMap prefix)."""
-    base = _unwrap(index)
-    if isinstance(base, faiss.IndexFlat):
-        return "Flat"
-    if isinstance(base, faiss.IndexHNSW):
-        m = base.hnsw.nb_neighbors(1)
-        storage = _downcast(base.storage)
-        if isinstance(storage, faiss.IndexFlat):
-            return f"HNSW{m}"
-        if isinstance(storage, faiss.IndexPQ):
-            return f"HNSW{m},{_pq_code(storage.pq)}"
-        if isinstance(storage, faiss.IndexScalarQuantizer) and storage.sq.qtype in _SQ_NAMES:
-            return f"HNSW{m},{_SQ_NAMES[storage.sq.qtype]}"
-        return None
-    if isinstance(base, faiss.IndexPQ):
-        return _pq_code(base.pq)
-    if isinstance(base, faiss.IndexScalarQuantizer):
-        return _SQ_NAMES.get(base.sq.qtype)
-    if isinstance(base, faiss.IndexIVF):
-        quantizer = _downcast(base.quantizer)
-        if isinstance(quantizer, faiss.IndexFlat):
-            prefix = f"IVF{base.nlist}"
-        elif isinstance(quantizer, faiss.IndexHNSWFlat):
-            prefix = f"IVF{base.nlist}_HNSW{quantizer.hnsw.nb_neighbors(1)}"
-        else:
-            return None
-        if isinstance(base, faiss.IndexIVFFlat):
-            return f"{prefix},Flat"
-        if isinstance(base, faiss.IndexIVFPQ):
-            return f"{prefix},{_pq_code(base.pq)}"
-        if isinstance(base, faiss.IndexIVFScalarQuantizer) and base.sq.qtype in _SQ_NAMES:
-            return f"{prefix},{_SQ_NAMES[base.sq.qtype]}"
-    return None
-
-
 def _factory_string(index: Any) -> str | None:
-    """The factory string of the structure inside the IDMap wrapper, or None.
+    """The factory string of the structure inside the IDMap wrapper (FAISS's own
+    ``contrib.factory_tools.reverse_index_factory``), or None for a structure it cannot name."""
+    from faiss.contrib.factory_tools import reverse_index_factory
 
-    Uses ``faiss.reverse_index_factory`` where this FAISS build has it (it is missing
-    from some pip wheels) and a small built-in reconstruction otherwise.
-    """
     index = to_cpu(index) if is_gpu_index(index) else index
-    reverse = getattr(faiss, "reverse_index_factory", None)
-    if reverse is not None:
-        try:
-            return str(reverse(_unwrap(index)))
-        except Exception:  # noqa: BLE001 - unsupported structure: use the fallback
-            pass
-    return _reverse_factory_fallback(index)
+    try:
+        factory = str(reverse_index_factory(_unwrap(index)))
+    except Exception:  # noqa: BLE001 - a structure the factory grammar has no name for
+        return None
+    return re.sub(r"(PQ\d+)x8\b", r"\1", factory)  # 8-bit codes are the default: PQ8, as users write it
 
 
 def _faiss_reason(exc: BaseException) -> str:
@@ -527,56 +470,10 @@ def describe(index: faiss.Index) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: str) -> None:
-    """fsync a directory so a rename inside it is durable (no-op where unsupported)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def replace_atomic(path: PathLike, write: Callable[[str], None]) -> None:
-    """Write a file so readers see either the old one or the complete new one.
-
-    ``write(tmp)`` writes the content to a temporary file in the same directory, which is fsynced,
-    given the old file's mode (or a normal 0644: mkstemp creates 0600 files), moved over ``path`` with
-    ``os.replace`` (atomic on POSIX and Windows), and the directory is fsynced. On any error the
-    temporary file is removed and an existing ``path`` is left untouched.
-    """
-    target = os.path.abspath(os.fspath(path))
-    directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        try:
-            mode = os.stat(target).st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o644
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(directory)
-
-
 def save_atomic(index: faiss.Index, path: PathLike) -> None:
-    """Write the index (copied to CPU first when on GPU) with :func:`replace_atomic`."""
+    """Write the index (copied to CPU first when on GPU) with :func:`mgeo_index.files.replace_atomic`."""
     cpu_index = to_cpu(index)
-    replace_atomic(path, lambda tmp: faiss.write_index(cpu_index, tmp))
+    files.replace_atomic(path, lambda tmp: faiss.write_index(cpu_index, tmp))
 
 
 def load(path: PathLike, *, gpu: bool = False) -> faiss.Index:

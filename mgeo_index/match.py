@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import inference, features, settings
+from mgeo_index import features, files, inference, settings
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import has_content, normalize
@@ -66,9 +65,10 @@ def match_file(
         raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
     encoding = detect_encoding(pairs_path)
     result = MatchResult(label_counts={label: 0 for label in cross.labels})
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
     _last_line = 1
-    try:
+
+    def write(tmp: str) -> None:
+        nonlocal _last_line
         with open_text(pairs_path, encoding) as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
             delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
             src.seek(0)
@@ -127,17 +127,13 @@ def match_file(
                 if len(chunk) >= chunk_size:
                     flush()
             flush()
+    try:
+        files.replace_atomic(out_path, write)
     except UnicodeDecodeError as exc:
-        tmp.unlink(missing_ok=True)
         raise CatalogError(
             f"{pairs_path}: undecodable bytes ({exc.reason}) after line {_last_line}; the file was read as "
             f"{encoding}: re-save it as UTF-8"
         ) from None
     except csv.Error as exc:
-        tmp.unlink(missing_ok=True)
         raise CatalogError(f"{pairs_path}: line {_last_line + 1}: {exc} (an unclosed quote?); fix the quoting") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out_path)
     return result

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from mgeo_index import backends, inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
-from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
-from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
+from mgeo_index.model.bi_encoder import BiEncoder
+from mgeo_index.model.cross_encoder import CrossEncoder
+from mgeo_index.model.loading import ModelMismatch, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.text import has_content, normalize
 from mgeo_index.text.parser import parse, parser_version
 
@@ -40,10 +41,6 @@ CORE_WEIGHT = 0.5
 # head and retrieval alone (see Resolver._rerank); on 20 candidates the network was ~90% of a query's
 # time, on these 10 it is still the largest part (≈ 45% of a single query, README: bench).
 RERANK_DEPTH = 10
-
-
-class ModelMismatch(Exception):
-    """The query model is not the model the index was built with."""
 
 
 @dataclass
@@ -250,22 +247,10 @@ def open_resolver(
     eng = store.connect(db_url)
     manifest = generations.current_manifest(index_dir, eng, db_url)
     device = settings.device(device)
-    recorded = manifest.get("model_path")
-    if model is None and settings.env("MODEL") is None and recorded and Path(recorded).is_dir():
-        model = recorded  # default to the model that built the index when it is still there
-    bi = load_bi_encoder(settings.bi_model_path(model)).to(device)
-    if bi.fingerprint != manifest["model_fingerprint"]:
-        raise ModelMismatch(
-            f"the index in {index_dir} was built with model {manifest['model_fingerprint']} "
-            f"({recorded}), but the query model {bi.path} is {bi.fingerprint}. Query with "
-            f"--model {recorded} or rebuild the index with this model."
-        )
-    cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device) if rerank else None
-    backends.apply(bi, backend, device=device)  # --backend > MGEO_INDEX_BACKEND > settings.DEFAULT_CPU_BACKEND
-    if cross is not None:
-        backends.apply(cross, backend, device=device)
+    bi, cross = load_for_index(manifest, index_dir, model=model, cross_model=cross_model, device=device,
+                               backend=backend, rerank=rerank)
     index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
-    faiss_index.set_search_params(index, nprobe=16, ef_search=128)
+    faiss_index.set_search_params(index, nprobe=faiss_index.DEFAULT_NPROBE, ef_search=faiss_index.DEFAULT_EF_SEARCH)
     sparse_file = manifest.get("sparse_file")
     sparse = sparse_index.load(Path(index_dir) / sparse_file) if sparse_file else None
     return Resolver(bi=bi, cross=cross, index=index, engine=eng, manifest=manifest, device=device, sparse=sparse)

@@ -21,7 +21,7 @@ import numpy as np
 from scipy import sparse
 
 from mgeo_index.crashpoints import crashpoint
-from mgeo_index.index import replace_atomic
+from mgeo_index.files import replace_atomic
 
 NGRAMS = (2, 3)
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
-from mgeo_index import generations, index as faiss_index, settings, store
+from mgeo_index import files, generations, index as faiss_index, settings, store
 from mgeo_index.build import build
 from mgeo_index.cli import app
 from mgeo_index.locking import Locked, writer_lock
@@ -170,7 +170,7 @@ def test_check_reports_a_corrupt_index_file_and_repair_restores_it(index_dir, ti
 def test_check_reports_missing_files_and_a_stale_manifest(index_dir, tiny_model_dirs):
     manifest = generations.read_descriptor(index_dir)
     (index_dir / manifest["sparse_file"]).unlink()
-    generations.write_json_atomic(index_dir / "index.json", {**manifest, "generation_id": 999})
+    files.write_json_atomic(index_dir / "index.json", {**manifest, "generation_id": 999})
     problems = _problems(index_dir)
     assert f"file {manifest['sparse_file']} of generation {manifest['generation_id']} is missing" in problems
     assert "index.json does not mirror the current generation" in problems
