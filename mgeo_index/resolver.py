@@ -16,7 +16,7 @@ import torch
 from mgeo_index import backends, inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model.cross_encoder import CrossEncoder
-from mgeo_index.model.loading import ModelMismatch, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
+from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.text import has_content, normalize
 from mgeo_index.text.parser import parse, parser_version
 
@@ -249,6 +249,19 @@ def open_resolver(
     device = settings.device(device)
     bi, cross = load_for_index(manifest, index_dir, model=model, cross_model=cross_model, device=device,
                                backend=backend, rerank=rerank)
+    return _on_generation(index_dir, eng, manifest, bi, cross, device)
+
+
+def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) -> Resolver:
+    """The index directory's current generation with ``resolver``'s models and store connection (after an
+    ``add`` or ``remove``: nothing is loaded again but the index files)."""
+    db_url = settings.database_url(index_dir, db)
+    manifest = generations.current_manifest(index_dir, resolver.engine, db_url)
+    check_index_model(resolver.bi.fingerprint, resolver.bi.path, manifest, index_dir)
+    return _on_generation(index_dir, resolver.engine, manifest, resolver.bi, resolver.cross, resolver.device)
+
+
+def _on_generation(index_dir, eng, manifest: dict, bi: BiEncoder, cross: CrossEncoder | None, device: str) -> Resolver:
     index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
     faiss_index.set_search_params(index, nprobe=faiss_index.DEFAULT_NPROBE, ef_search=faiss_index.DEFAULT_EF_SEARCH)
     sparse_file = manifest.get("sparse_file")

@@ -108,3 +108,22 @@ def pg_database() -> Iterator[str]:
     """One fresh PostgreSQL database shared by a module (tests use distinct catalog names)."""
     with _fresh_pg_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory) -> Path:
+    """The bundled sample catalog built once per session with the shipped models (read-only: tests that
+    write to an index use :func:`sample_index_copy`)."""
+    from mgeo_index.build import build
+
+    index_dir = tmp_path_factory.mktemp("sample-index") / "idx"
+    build(SAMPLE, index_dir, id_column="poi_id", device="cpu")
+    return index_dir
+
+
+@pytest.fixture
+def sample_index_copy(sample_index, tmp_path) -> Path:
+    """A private copy of :func:`sample_index` (its SQLite store included) for tests that add or remove."""
+    target = tmp_path / "idx"
+    shutil.copytree(sample_index, target)
+    return target
