@@ -3,7 +3,7 @@
 Pair files: CCKS style (``query, candidate, label`` with the three labels, optional ``query_id``) or
 Shenzhen style (``addr1, addr2, label`` with 1 = same place → exact_match, 0 → not_match), TSV or
 CSV, optionally gzipped. ``split`` keeps only the rows whose group (query_id, else the first address)
-falls in that split of :func:`mgeo_index.training.data.split_of`, so figures on the shared data are
+falls in that split of :func:`mgeo_index.splits.split_of`, so figures on the shared data are
 reported on the dev split the shipped model never saw.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mgeo_index.catalog import CatalogError, detect_encoding, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
-from mgeo_index.training.data import split_of
+from mgeo_index.splits import split_of
 
 _BINARY = {"1": "exact_match", "0": "not_match"}
 
@@ -163,3 +163,15 @@ def evaluate_retrieval(
                 ranked.append([m["id"] for m in matches] + [-1] * (top_k - len(matches)))
         report[name] = retrieval_report(np.array(ranked), gold, ks=(1, 5, 10))
     return report
+
+
+def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: list, *, top_k: int = 10) -> dict:
+    """recall@1/5/10 and MRR@10 of dense retrieval alone over an in-memory catalog (no index directory,
+    no store: how training measures a fresh bi-encoder). ``gold[i]`` is the catalog position (or a
+    collection of positions) of ``queries[i]``'s answer; the catalog goes into an exact (flat) FAISS index."""
+    from mgeo_index import index as faiss_index
+
+    index = faiss_index.make_index(bi.dim, "Flat")
+    faiss_index.add(index, inference.encode(bi, [normalize(t) for t in catalog]), np.arange(len(catalog), dtype=np.int64))
+    _, ids = faiss_index.search(index, inference.encode(bi, [normalize(q) for q in queries]), top_k)
+    return retrieval_report(ids, gold)

@@ -1,7 +1,7 @@
 """Classical baseline on the same dev split as the shipped model (for the README's comparison).
 
 char 1–3-gram TF-IDF cosine + rapidfuzz ratios + lengths → logistic regression, trained on the
-``train`` split and reported on ``dev`` (splits from ``mgeo_index.training.data.split_of``).
+``train`` split and reported on ``dev`` (splits from ``mgeo_index.splits.split_of``).
 
     pip install -e '.[eval]' && python scripts/baseline.py --data ../shared/data
 """
@@ -18,6 +18,7 @@ from sklearn.linear_model import LogisticRegression
 
 from mgeo_index.metrics import classification_report
 from mgeo_index.settings import LABELS
+from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 
@@ -33,7 +34,7 @@ def features(vectorizer: TfidfVectorizer, a: list[str], b: list[str]) -> np.ndar
 
 
 def evaluate(pairs: list[data.Pair]) -> dict:
-    split = {s: [p for p in pairs if data.split_of(p.group) == s] for s in ("train", "dev")}
+    split = {s: [p for p in pairs if split_of(p.group) == s] for s in ("train", "dev")}
     texts = {s: ([normalize(p.a) for p in ps], [normalize(p.b) for p in ps]) for s, ps in split.items()}
     vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True)
     vectorizer.fit(texts["train"][0] + texts["train"][1])

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.training import data
-from mgeo_index.training.train import evaluate_pairs, recalibrate
+from mgeo_index.training.calibrate import recalibrate
+from mgeo_index.training.train import evaluate_pairs
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, required=True, help="cross-encoder directory (rewritten in place)")

@@ -1,6 +1,7 @@
 """`mgeo-index serve`: the endpoints through httpx (FastAPI's TestClient), limits and errors, the cache
 (in-process and Redis), index reload, and one real uvicorn process (API key, overload, SIGHUP)."""
 import asyncio
+import io
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from typer.testing import CliRunner  # noqa: E402
 from mgeo_index import build as build_mod, inference, settings  # noqa: E402
 from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
-from mgeo_index.service import backend  # noqa: E402
+from mgeo_index.service import loader  # noqa: E402
 from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
 from mgeo_index.service.cache import LRUCache, RedisCache, cache_key, open_cache  # noqa: E402
 from mgeo_index.text import normalize  # noqa: E402
@@ -213,7 +215,7 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
         _append_and_rebuild(own_index, tmp_path)
         hits = metric(c, "mgeo_cache_hits_total")
         state = c.app.state.mgeo
-        new_version = backend.index_version(own_index, state.loaded)
+        new_version = loader.index_version(own_index, state.loaded)
         assert new_version != old["version"]
         # an answer another server already computed on the new build (a shared cache) survives the reload
         asyncio.run(state.cache.set_many({cache_key(new_version, normalize("预先算好"), (2, True, False, "hybrid")): []}))
@@ -348,21 +350,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_real_uvicorn_process_api_key_overload_and_sighup_reload(own_index, tmp_path):
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    log: io.TextIOWrapper
+    index_dir: Path
+
+
+@pytest.fixture(scope="module")
+def served(built_index, tmp_path_factory):
+    """One real `mgeo-index serve` process (uvicorn, API key, --max-batch 1, --max-queue 2, no cache) on a
+    copy of the built index, shared by the tests below in file order (the SIGHUP test rebuilds the index)."""
+    root = tmp_path_factory.mktemp("uvicorn")
+    own_index = root / "idx"
+    shutil.copytree(built_index, own_index)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = os.environ | {"MGEO_INDEX_API_KEY": "s3cret-key"}
-    log = open(tmp_path / "server.log", "w+")
+    log = open(root / "server.log", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mgeo_index.cli", "serve", "--index-dir", str(own_index), "--port", str(port),
          "--max-batch", "1", "--max-queue", "2", "--cache-size", "0"],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )
-    key = {"X-API-Key": "s3cret-key"}
     try:
         deadline = time.monotonic() + 300
         while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            assert proc.poll() is None, (root / "server.log").read_text()
             try:
                 if httpx.get(url + "/readyz").status_code == 200:  # health needs no key
                     break
@@ -370,42 +385,7 @@ def test_real_uvicorn_process_api_key_overload_and_sighup_reload(own_index, tmp_
                 pass
             assert time.monotonic() < deadline
             time.sleep(0.3)
-        old_build = httpx.get(url + "/readyz").json()["build_id"]
-        assert httpx.get(url + "/healthz").status_code == 200
-        assert httpx.post(url + "/v1/resolve", json={"query": Q1}).status_code == 401
-        assert httpx.get(url + "/metrics", headers={"X-API-Key": "wrong"}).status_code == 401
-        assert httpx.get(url + "/metrics", headers={"Authorization": "Bearer s3cret-key"}).status_code == 200
-        assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=key).json()["query"] == Q1
-
-        async def flood(n: int) -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=url, headers=key, timeout=120) as http:
-                queries = [f"{Q2[:-2]}{i}号" for i in range(n)]
-                responses = await asyncio.gather(*(http.post("/v1/resolve", json={"query": q, "top_k": 2}) for q in queries))
-                for q, r in zip(queries, responses):
-                    assert r.status_code in (200, 429), r.text
-                    if r.status_code == 200:
-                        assert r.json()["query"] == q  # each caller gets its own answer
-                    else:
-                        assert int(r.headers["Retry-After"]) >= 1
-                return responses
-
-        responses = asyncio.run(flood(24))
-        codes = [r.status_code for r in responses]
-        assert len(codes) == 24 and codes.count(200) >= 2 and codes.count(429) >= 1
-        assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=key).status_code == 200
-
-        _append_and_rebuild(own_index, tmp_path)
-        proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 300
-        while httpx.get(url + "/readyz").json()["build_id"] == old_build:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.3)
-        found = httpx.post(url + "/v1/resolve", json={"query": NEW_ADDRESS, "top_k": 1}, headers=key).json()
-        assert found["matches"][0]["source_id"] == "P9999"
-        log.seek(0)
-        text = log.read()
-        assert "index reloaded" in text
-        assert Q1 not in text and NEW_ADDRESS not in text  # request texts stay out of the info log
+        yield Server(url=url, proc=proc, log=log, index_dir=own_index)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -413,6 +393,56 @@ def test_real_uvicorn_process_api_key_overload_and_sighup_reload(own_index, tmp_
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+API_KEY = {"X-API-Key": "s3cret-key"}
+
+
+def test_real_uvicorn_process_api_key(served):
+    url = served.url
+    assert httpx.get(url + "/healthz").status_code == 200
+    assert httpx.post(url + "/v1/resolve", json={"query": Q1}).status_code == 401
+    assert httpx.get(url + "/metrics", headers={"X-API-Key": "wrong"}).status_code == 401
+    assert httpx.get(url + "/metrics", headers={"Authorization": "Bearer s3cret-key"}).status_code == 200
+    assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=API_KEY).json()["query"] == Q1
+
+
+def test_real_uvicorn_process_overload_is_429_and_the_server_keeps_serving(served):
+    url = served.url
+
+    async def flood(n: int) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, headers=API_KEY, timeout=120) as http:
+            queries = [f"{Q2[:-2]}{i}号" for i in range(n)]
+            responses = await asyncio.gather(*(http.post("/v1/resolve", json={"query": q, "top_k": 2}) for q in queries))
+            for q, r in zip(queries, responses):
+                assert r.status_code in (200, 429), r.text
+                if r.status_code == 200:
+                    assert r.json()["query"] == q  # each caller gets its own answer
+                else:
+                    assert int(r.headers["Retry-After"]) >= 1
+            return responses
+
+    responses = asyncio.run(flood(24))
+    codes = [r.status_code for r in responses]
+    assert len(codes) == 24 and codes.count(200) >= 2 and codes.count(429) >= 1
+    assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=API_KEY).status_code == 200
+
+
+def test_real_uvicorn_process_sighup_reload(served, tmp_path):
+    url, proc = served.url, served.proc
+    old_build = httpx.get(url + "/readyz").json()["build_id"]
+    _append_and_rebuild(served.index_dir, tmp_path)
+    proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 300
+    while httpx.get(url + "/readyz").json()["build_id"] == old_build:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.3)
+    found = httpx.post(url + "/v1/resolve", json={"query": NEW_ADDRESS, "top_k": 1}, headers=API_KEY).json()
+    assert found["matches"][0]["source_id"] == "P9999"
+    served.log.seek(0)
+    text = served.log.read()
+    assert "index reloaded" in text
+    assert Q1 not in text and NEW_ADDRESS not in text  # request texts stay out of the info log
 
 
 def test_serve_without_an_index_says_how_to_build(tmp_path):

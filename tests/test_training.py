@@ -10,7 +10,8 @@ from mgeo_index import inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
-from mgeo_index.training.train import TrainConfig, fit_temperature, train
+from mgeo_index.training.calibrate import fit_temperature
+from mgeo_index.training.train import TrainConfig, train
 
 ROADS = ["建国路", "人民路", "中山路", "解放路", "和平路", "新华路"]
 PLACES = [("北京市", "朝阳区"), ("上海市", "徐汇区"), ("广州市", "天河区"), ("深圳市", "南山区")]
@@ -93,7 +94,7 @@ def test_fit_temperature_recovers_the_scale():
 
 def test_decision_offsets_raise_macro_f1_of_an_underpredicted_class():
     from mgeo_index.metrics import classification_report
-    from mgeo_index.training.train import fit_decision_offsets
+    from mgeo_index.training.calibrate import fit_decision_offsets
 
     rng = np.random.default_rng(0)
     labels = ("exact_match", "partial_match", "not_match")
@@ -109,7 +110,7 @@ def test_decision_offsets_raise_macro_f1_of_an_underpredicted_class():
 
 
 def test_the_network_must_earn_its_running_time():
-    from mgeo_index.training.train import NETWORK_MIN_GAIN, choose_scorer
+    from mgeo_index.training.calibrate import NETWORK_MIN_GAIN, choose_scorer
 
     assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.45}) == "stacked"
     assert choose_scorer({"network": 0.50, "stacked": 0.40, "features": 0.40 + NETWORK_MIN_GAIN / 2}) == "features"

@@ -1,84 +1,35 @@
-"""The FastAPI app of `mgeo-index serve`: endpoints, limits, API key, readiness and index reload.
+"""The FastAPI app of `mgeo-index serve`: endpoints, limits, readiness and index reload.
 
 ``create_app(ServeConfig(...))`` returns the app; the index is loaded and warmed up in the background
 after start-up (``/healthz`` answers at once, ``/readyz`` and the ``/v1`` endpoints once it is loaded).
-Request texts are logged only at DEBUG level.
+Request texts are logged only at DEBUG level. The settings are in ``config.py``, the request bodies in
+``schemas.py``, the body limit and the API key in ``middleware.py``, loading the index in ``loader.py``.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import logging
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.datastructures import Headers
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from mgeo_index.service import backend
+from mgeo_index.service import loader
 from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, Job, QueueFull
 from mgeo_index.service.cache import cache_key, open_cache
+from mgeo_index.service.config import ServeConfig
 from mgeo_index.service.metrics import Metrics, create_metrics
+from mgeo_index.service.middleware import BodyLimit, Guard
+from mgeo_index.service.schemas import MatchRequest, ResolveRequest
 from mgeo_index.text import has_content, normalize, printable
 
 log = logging.getLogger("mgeo_index.service")
-UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
-
-
-@dataclass
-class ServeConfig:
-    index_dir: Path
-    db: str | None = None
-    model: Path | None = None
-    cross_model: Path | None = None
-    device: str | None = None
-    max_batch: int = 32
-    max_wait_ms: float = 3.0
-    max_queue: int = 1024  # items per lane
-    timeout_ms: float = 10_000  # per-request deadline (X-Timeout-Ms may shorten it)
-    max_items: int = 256  # queries or pairs per request
-    max_chars: int = 256  # per address
-    max_body_bytes: int = 1 << 20
-    max_top_k: int = 100
-    cache_size: int = 10_000
-    cache_url: str | None = None
-    cache_ttl_s: int = 0  # Redis entries expire after this many seconds (0: never)
-    api_key: str | None = None
-    watch_s: float = 0.0  # poll the index directory for a new build every watch_s seconds (0: off)
-    reload_signal: bool = False  # SIGHUP reloads (the CLI turns it on; needs the main thread)
-
-
-class ResolveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: StrictStr | None = Field(None, description="One address (answer: one object).")
-    queries: list[StrictStr] | None = Field(None, description="Several addresses (answer: {'results': [...]}).")
-    top_k: int = Field(10, ge=1, description="Matches per query (at most --max-top-k).")
-    rerank: bool = True
-    explain: bool = False
-    retrieval: Literal["hybrid", "dense", "sparse"] = "hybrid"
-    priority: Literal["interactive", "bulk"] | None = Field(None, description="Lane; also the X-Priority header.")
-
-
-class Pair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    a: StrictStr
-    b: StrictStr
-
-
-class MatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pairs: list[Pair]
-    explain: bool = False
-    priority: Literal["interactive", "bulk"] | None = None
 
 
 class HTTPProblem(Exception):
@@ -93,83 +44,13 @@ def _invalid(loc: list, msg: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ["body", *loc], "msg": msg, "type": "value_error"}])
 
 
-class BodyLimit:
-    """ASGI middleware: request bodies over ``max_bytes`` get 413 (Content-Length or counted while read),
-    counted as ``mgeo_rejected_requests_total{reason="too_large"}``."""
-
-    def __init__(self, app, max_bytes: int, metrics: Metrics) -> None:
-        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        async def too_large() -> None:
-            self.metrics.rejected.labels(reason="too_large").inc()
-            await JSONResponse({"detail": f"request body over {self.max_bytes} bytes (--max-body-bytes)"}, 413)(
-                scope, receive, send)
-
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await too_large()
-        received = 0
-        answered = False
-
-        async def limited_receive():
-            nonlocal received, answered
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    if not answered:
-                        answered = True
-                        await too_large()
-                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
-            return message
-
-        async def guarded_send(message):
-            if not answered:
-                await send(message)
-
-        await self.app(scope, limited_receive, guarded_send)
-
-
-class Guard:
-    """ASGI middleware: the API key on all but /healthz and /readyz, and the request latency histogram."""
-
-    def __init__(self, app, api_key: str | None, metrics: Metrics) -> None:
-        self.app, self.api_key, self.metrics = app, api_key, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-        status = 500
-
-        async def send_and_note(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        if self.api_key and scope["path"] not in UNPROTECTED and not _key_ok(Headers(scope=scope), self.api_key):
-            self.metrics.rejected.labels(reason="unauthorized").inc()
-            answer = JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
-                                  headers={"WWW-Authenticate": "Bearer"})
-            await answer(scope, receive, send_and_note)
-        else:
-            await self.app(scope, receive, send_and_note)
-        route = scope.get("route")  # set by the router when a route matched
-        self.metrics.request_seconds.labels(endpoint=getattr(route, "path", "other"), status=str(status)).observe(
-            time.perf_counter() - started)
-
-
 @dataclass
 class State:
     config: ServeConfig
     metrics: Metrics
     cache: object
     batcher: Batcher | None = None
-    loaded: backend.Loaded | None = None
+    loaded: loader.Loaded | None = None
     load_error: str | None = None
     reload_lock: asyncio.Lock | None = None
 
@@ -182,7 +63,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     state = State(config=config, metrics=metrics, cache=cache)
 
     def run_batch(jobs: list[Job]) -> list:
-        return backend.run_batch(state.loaded, jobs)  # read once: in-flight batches keep their index
+        return loader.run_batch(state.loaded, jobs)  # read once: in-flight batches keep their index
 
     def on_batch(items: int, seconds: float) -> None:
         metrics.batch_items.observe(items)
@@ -349,16 +230,16 @@ def _on_cuda(device: str | None) -> bool:
         return False
 
 
-async def _load_and_warm(state: State) -> backend.Loaded:
+async def _load_and_warm(state: State) -> loader.Loaded:
     """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
     c = state.config
-    loaded = await asyncio.to_thread(backend.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
+    loaded = await asyncio.to_thread(loader.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
                                      device=c.device)
-    await state.batcher.run_exclusive(lambda: backend.warm_up(loaded.resolver, min(c.max_batch, 16)))
+    await state.batcher.run_exclusive(lambda: loader.warm_up(loaded.resolver, min(c.max_batch, 16)))
     return loaded
 
 
-def _swap(state: State, loaded: backend.Loaded) -> None:
+def _swap(state: State, loaded: loader.Loaded) -> None:
     state.loaded = loaded  # one assignment: the next batch sees the new index, running ones keep theirs
     state.metrics.index_entries.set(loaded.entries)
     state.metrics.index_build.clear()
@@ -369,7 +250,7 @@ async def reload_index(state: State, force: bool = False) -> dict:
     """Load the index directory's current build aside, warm it up, swap it in, empty the cache."""
     async with state.reload_lock:
         old = state.loaded
-        current = await asyncio.to_thread(backend.index_version, state.config.index_dir, old, state.config.db)
+        current = await asyncio.to_thread(loader.index_version, state.config.index_dir, old, state.config.db)
         if current == old.version and not force:
             return {"reloaded": False, "build_id": old.build_id, "version": old.version}
         loaded = await _load_and_warm(state)
@@ -391,14 +272,6 @@ async def _reload_logged(state: State) -> None:
     except Exception as exc:  # noqa: BLE001
         state.metrics.reloads.labels(outcome="failed").inc()
         log.error("index reload failed, still serving build %s: %s", state.loaded.build_id, exc)
-
-
-def _key_ok(headers: Headers, key: str) -> bool:
-    given = headers.get("x-api-key")
-    if given is None:
-        auth = headers.get("authorization", "")
-        given = auth[7:] if auth[:7].lower() == "bearer " else ""
-    return hmac.compare_digest(given.encode(), key.encode())
 
 
 def _check_text(text: str, loc: list, max_chars: int) -> str:
@@ -431,7 +304,7 @@ def _deadline(request: Request, config: ServeConfig) -> float:
     return max(timeout, 0.0) / 1000
 
 
-def _ready(state: State) -> backend.Loaded:
+def _ready(state: State) -> loader.Loaded:
     if state.loaded is None:
         raise HTTPProblem(503, "the index is still loading; see /readyz", "not_ready", {"Retry-After": "5"})
     return state.loaded

@@ -1,14 +1,12 @@
 """Training data assembled from ``../shared/data`` (read in place, never copied).
 
-Splits are carved by a stable hash of the query (CCKS: query_id; Shenzhen: addr1) so that no
-query appears on both sides: buckets 0–14 → ``dev`` (reported), 15–19 → ``calib`` (temperature
-fitting), 20–99 → ``train``.
+Pairs are split into dev / calib / train by :func:`mgeo_index.splits.split_of` (a stable hash of
+the query, so no query appears on both sides).
 """
 from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import json
 import random
 from collections.abc import Iterator
@@ -16,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index.settings import LABELS
+from mgeo_index.splits import split_of
 
 
 @dataclass(frozen=True)
@@ -25,11 +24,6 @@ class Pair:
     b: str
     label: str  # one of LABELS
     source: str = ""  # where the label comes from (CCKS split_source, "shenzhen"): labelling differs by source
-
-
-def split_of(group: str) -> str:
-    bucket = int(hashlib.md5(group.encode()).hexdigest(), 16) % 100
-    return "dev" if bucket < 15 else "calib" if bucket < 20 else "train"
 
 
 def _read_tsv(path: Path) -> Iterator[dict]:
@@ -75,6 +69,11 @@ def shenzhen_train_pairs(data_dir: Path) -> list[Pair]:
 def all_pairs(data_dir: Path) -> list[Pair]:
     """Every labelled pair: CCKS (reported + extra round 1) and Shenzhen (val + train)."""
     return ccks_pairs(data_dir) + ccks_extra_pairs(data_dir) + shenzhen_pairs(data_dir) + shenzhen_train_pairs(data_dir)
+
+
+def split_examples(pairs: list[Pair], split: str) -> list[tuple[str, str, int]]:
+    """(a, b, LABELS index) of the pairs in ``split``: what the cross-encoder trains and calibrates on."""
+    return [(p.a, p.b, LABELS.index(p.label)) for p in pairs if split_of(p.group) == split]
 
 
 def ccks_catalog(data_dir: Path) -> list[str]:

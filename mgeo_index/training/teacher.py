@@ -43,14 +43,15 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification
 
+from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.manifest import quiet_transformers
 from mgeo_index.settings import LABELS
+from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.train import (
-    _timed_loop, class_weights, fit_decision_offsets, fit_temperature, mask_spans, resolve_precision, shuffled_batches,
-)
+from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
+from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, shuffled_batches, timed_loop
 
 DEFAULT_OUT = Path(os.environ.get("MGEO_INDEX_CACHE", Path.home() / ".cache" / "mgeo-index")) / "teacher"
 # Loss weight of a labelled pair by its source. The held-out CCKS pairs are round-2 queries: round 2
@@ -84,9 +85,7 @@ class TeacherConfig:
 
 
 def _save_atomic(obj, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    replace_atomic(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _autocast(cfg: TeacherConfig):
@@ -101,9 +100,7 @@ def _record(cfg: TeacherConfig, stage: str, stats: dict) -> None:
     record = json.loads(path.read_text()) if path.exists() else {}
     record.setdefault("config", {k: str(v) for k, v in asdict(cfg).items() if k != "log"})
     record[stage] = stats
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, record)
 
 
 def bert_config(cfg: TeacherConfig, tokenizer) -> BertConfig:
@@ -162,7 +159,7 @@ def pretraining_data(cfg: TeacherConfig, rng: random.Random):
             if ranges and len(text) + 2 <= cfg.max_length:
                 tagged.append((text, ranges))
     pairs = [(normalize(p.a), normalize(p.b), LABELS.index(p.label)) for p in data.all_pairs(cfg.data_dir)
-             if data.split_of(p.group) == "train"]
+             if split_of(p.group) == "train"]
     return singles, tagged, [p for p in pairs if p[0] and p[1]]
 
 
@@ -245,9 +242,9 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
                              "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None,
                              "session_minutes": (time.perf_counter() - started) / 60})
 
-    steps, elapsed = _timed_loop("teacher mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log,
-                                 start_step=start_step, start_elapsed=start_elapsed, checkpoint=save_checkpoint,
-                                 checkpoint_every=cfg.checkpoint_minutes * 60)
+    steps, elapsed = timed_loop("teacher mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log,
+                                start_step=start_step, start_elapsed=start_elapsed, checkpoint=save_checkpoint,
+                                checkpoint_every=cfg.checkpoint_minutes * 60)
     save_checkpoint(steps, elapsed)
     model.mlm.bert.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -264,10 +261,10 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
 def fine_tuning_data(cfg: TeacherConfig):
     pairs = data.all_pairs(cfg.data_dir)
     train = [(normalize(p.a), normalize(p.b), LABELS.index(p.label), SOURCE_WEIGHTS.get(p.source, 1.0))
-             for p in pairs if data.split_of(p.group) == "train"]
+             for p in pairs if split_of(p.group) == "train"]
     # the choice is made on the round-2 part of the calibration split (the held-out data is round 2)
     calib = [(normalize(p.a), normalize(p.b), LABELS.index(p.label)) for p in data.ccks_pairs(cfg.data_dir)
-             if data.split_of(p.group) == "calib" and p.source == "round2_train"]
+             if split_of(p.group) == "calib" and p.source == "round2_train"]
     return [t for t in train if t[0] and t[1]], calib
 
 
@@ -373,9 +370,9 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
         _record(cfg, "cross", {"steps": steps, "minutes": elapsed / 60, "done": False, "best": best,
                                "session_minutes": (time.perf_counter() - started) / 60})
 
-    steps, elapsed = _timed_loop("teacher cross", cfg.cross_minutes, cfg.cross_lr, optimizer, step, cfg.log,
-                                 start_step=start_step, start_elapsed=start_elapsed, checkpoint=checkpoint,
-                                 checkpoint_every=cfg.checkpoint_minutes * 60)
+    steps, elapsed = timed_loop("teacher cross", cfg.cross_minutes, cfg.cross_lr, optimizer, step, cfg.log,
+                                start_step=start_step, start_elapsed=start_elapsed, checkpoint=checkpoint,
+                                checkpoint_every=cfg.checkpoint_minutes * 60)
     last_eval["elapsed"] = -math.inf
     checkpoint(steps, elapsed)
     model.load_state_dict(torch.load(best_path))
@@ -417,7 +414,7 @@ def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
 
     cross = load_cross_encoder(cross_path)
     examples = [(normalize(p.a), normalize(p.b), LABELS.index(p.label)) for p in data.ccks_pairs(cfg.data_dir)
-                if data.split_of(p.group) == "calib"]
+                if split_of(p.group) == "calib"]
     cross.temperature = 1.0
     probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
     gold = np.array([g for *_, g in examples])

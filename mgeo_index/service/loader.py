@@ -1,4 +1,5 @@
-"""What the batcher runs: whole batches through the resolver and the engine, on the loaded index.
+"""The index the service serves: loading, warming up and recognizing a new build (reload), and what the
+batcher runs on it: whole batches through the resolver and the engine.
 
 The server holds one :class:`Loaded` at a time and replaces it in one assignment on reload; a batch
 reads it once when it starts, so batches in flight finish on the index they started with.

@@ -1,0 +1,28 @@
+"""The settings of `mgeo-index serve` (no FastAPI import: the CLI reads the defaults from here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class ServeConfig:
+    index_dir: Path
+    db: str | None = None
+    model: Path | None = None
+    cross_model: Path | None = None
+    device: str | None = None
+    max_batch: int = 32
+    max_wait_ms: float = 3.0
+    max_queue: int = 1024  # items per lane
+    timeout_ms: float = 10_000  # per-request deadline (X-Timeout-Ms may shorten it)
+    max_items: int = 256  # queries or pairs per request
+    max_chars: int = 256  # per address
+    max_body_bytes: int = 1 << 20
+    max_top_k: int = 100
+    cache_size: int = 10_000
+    cache_url: str | None = None
+    cache_ttl_s: int = 0  # Redis entries expire after this many seconds (0: never)
+    api_key: str | None = None
+    watch_s: float = 0.0  # poll the index directory for a new build every watch_s seconds (0: off)
+    reload_signal: bool = False  # SIGHUP reloads (the CLI turns it on; needs the main thread)

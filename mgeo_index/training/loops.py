@@ -1,0 +1,117 @@
+"""What the training recipes share (`mgeo-index train` and the teacher): precision, the wall-clock
+budgeted loop and its learning-rate schedule, endless shuffled batches, class weights and span masking.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from mgeo_index.model.tokenizer import SPECIAL_TOKENS
+from mgeo_index.settings import LABELS
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX); Linux /proc/cpuinfo flags."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str) -> str:
+    if precision != "auto":
+        return precision
+    return "bf16" if torch.cuda.is_available() or cpu_has_fast_bf16() else "fp32"
+
+
+def lr_at(elapsed: float, budget: float, peak: float, warmup: float = 0.05) -> float:
+    """Linear warm-up over the first ``warmup`` of the budget, then linear decay to 10%."""
+    frac = min(elapsed / budget, 1.0)
+    if frac < warmup:
+        return peak * max(frac / warmup, 0.01)
+    return peak * (1.0 - 0.9 * (frac - warmup) / (1.0 - warmup))
+
+
+def timed_loop(
+    name: str,
+    minutes: float,
+    peak_lr: float,
+    optimizer,
+    step_fn,
+    log,
+    *,
+    start_step: int = 0,
+    start_elapsed: float = 0.0,
+    checkpoint: Callable[[int, float], None] | None = None,
+    checkpoint_every: float = 300.0,
+) -> tuple[int, float]:
+    """Run ``step_fn()`` (returns the loss) until the budget is spent; returns (steps, seconds).
+
+    ``start_*`` continue a resumed run (the schedule follows the total elapsed time); ``checkpoint``
+    is called every ``checkpoint_every`` seconds with (steps, elapsed).
+    """
+    budget = minutes * 60.0
+    start = time.perf_counter() - start_elapsed
+    last_checkpoint = time.perf_counter()
+    step, running = start_step, None
+    while (elapsed := time.perf_counter() - start) < budget:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(elapsed, budget, peak_lr)
+        optimizer.zero_grad(set_to_none=True)
+        loss = step_fn()  # may accumulate gradients itself (several passes); its .backward() adds the rest
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
+        optimizer.step()
+        step += 1
+        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        if step % 50 == 0:
+            log(f"[{name}] step {step} loss {running:.4f} ({elapsed / 60:.1f}/{minutes:.0f} min)")
+        if checkpoint is not None and time.perf_counter() - last_checkpoint >= checkpoint_every:
+            checkpoint(step, time.perf_counter() - start)
+            last_checkpoint = time.perf_counter()
+    return step, time.perf_counter() - start
+
+
+def shuffled_batches(items: list, size: int, rng: random.Random) -> Iterator[list]:
+    """Endless batches of ``size`` items, reshuffled every epoch (a short last batch is dropped)."""
+    while True:
+        order = list(range(len(items)))
+        rng.shuffle(order)
+        for start in range(0, len(order) - size + 1, size):
+            yield [items[i] for i in order[start : start + size]]
+
+
+def class_weights(labels: list[int]) -> torch.Tensor:
+    """Inverse-sqrt frequency weights: exact_match is rare (≈ 8% of CCKS) and is what users need most."""
+    counts = Counter(labels)
+    return torch.tensor([(len(labels) / (len(LABELS) * max(counts[i], 1))) ** 0.5 for i in range(len(LABELS))])
+
+
+def mask_spans(input_ids: torch.Tensor, special: torch.Tensor, tokenizer, rng: random.Random, rate: float = 0.15):
+    """Whole-span masking (spans of 1–4 characters) of ``rate`` of each row's real tokens; 80/10/10."""
+    labels = torch.full_like(input_ids, -100)
+    ids = input_ids.clone()
+    for row in range(ids.shape[0]):
+        positions = (~special[row]).nonzero().flatten().tolist()
+        if not positions:
+            continue
+        target = max(1, round(rate * len(positions)))
+        chosen: set[int] = set()
+        while len(chosen) < target:
+            start = rng.randrange(len(positions))
+            span = min(rng.choice((1, 1, 2, 2, 3, 4)), target - len(chosen))
+            chosen.update(positions[start : start + span])
+        for pos in chosen:
+            labels[row, pos] = ids[row, pos]
+            roll = rng.random()
+            if roll < 0.8:
+                ids[row, pos] = tokenizer.mask_token_id
+            elif roll < 0.9:
+                ids[row, pos] = rng.randrange(len(SPECIAL_TOKENS), len(tokenizer))
+    return ids, labels
