@@ -196,6 +196,29 @@ def score_pairs(
         if on_batch is not None:
             on_batch(len(queries))
         return kernels.softmax(logits).numpy()
+    run = dict(device=device, precision=precision, max_tokens=max_tokens, max_batch=max_batch, on_batch=on_batch)
+    if stacked and getattr(cross, "gate", None) is not None:
+        # the cascade: pairs the feature-only scorer decides clearly keep its probabilities; the network
+        # scores the others
+        from mgeo_index.features import pair_features_batch
+
+        if features is None:
+            features = pair_features_batch(list(queries), list(candidates))
+        out, decided = cross.gate_probabilities(torch.from_numpy(features))
+        rest = np.flatnonzero(~decided)
+        if on_batch is not None and len(rest) < len(queries):
+            on_batch(len(queries) - len(rest))
+        if len(rest):
+            out[rest] = _network_probabilities(cross, [queries[i] for i in rest], [candidates[i] for i in rest],
+                                               features[rest], **run)
+        return out
+    return _network_probabilities(cross, list(queries), list(candidates), features, **run)
+
+
+def _network_probabilities(cross, queries: list[str], candidates: list[str], features: np.ndarray | None,
+                           **run) -> np.ndarray:
+    """The network's probabilities, stacked with the feature head when the model has one."""
+    stacked = getattr(cross, "feature_head", None) is not None
     out = _run(
         cross,
         cross.tokenizer,
@@ -205,11 +228,7 @@ def score_pairs(
         # plain model: softmax on the device; stacked: raw logits, combined with the features below
         postprocess=(lambda logits: logits.float()) if stacked else (
             lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature)),
-        device=device,
-        precision=precision,
-        max_tokens=max_tokens,
-        max_batch=max_batch,
-        on_batch=on_batch,
+        **run,
     )
     if stacked:
         logits = cross.stacked_logits(torch.from_numpy(out), list(queries), list(candidates), features)

@@ -72,6 +72,9 @@ class CrossEncoder(torch.nn.Module):
         self.feature_head: FeatureHead | None = None
         self.stack: dict | None = None  # {"alpha": float, "beta": float, "bias": [3 floats], "features": [...]}
         self.decision_offsets: list[float] | None = None  # per label, in self.labels order
+        # the cascade: {"beta", "bias", "min_probability"}; a pair whose feature-only scorer (the same feature
+        # head, calibrated alone) decides with at least min_probability is not given to the network
+        self.gate: dict | None = None
 
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
@@ -98,6 +101,18 @@ class CrossEncoder(torch.nn.Module):
             feature_logits = self.feature_head(features)
         return self.stack["beta"] * feature_logits + torch.tensor(self.stack["bias"], dtype=torch.float32)
 
+    def gate_probabilities(self, features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(calibrated feature-only probabilities (B, 3), whether each pair is decided without the network).
+
+        Per pair, from its features alone: the same answer whatever it is batched with."""
+        from mgeo_index import kernels
+
+        with torch.inference_mode():
+            logits = self.gate["beta"] * self.feature_head(features) + torch.tensor(self.gate["bias"], dtype=torch.float32)
+        probs = kernels.softmax(logits).numpy()
+        decided = self.decide(probs)
+        return probs, probs[np.arange(len(probs)), decided] >= self.gate["min_probability"]
+
     def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
                        features: np.ndarray | None = None) -> torch.Tensor:
         """Combine network logits (B, 3) with the feature head's logits for the same pairs
@@ -119,6 +134,8 @@ class CrossEncoder(torch.nn.Module):
             manifest["stack"] = self.stack
         if self.decision_offsets is not None:
             manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
+        if self.gate is not None and self.feature_head is not None:
+            manifest["gate"] = self.gate
         write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
@@ -158,6 +175,7 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncode
         cross.feature_head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0]).eval()
         cross.feature_head.load_state_dict(state)
         cross.stack = manifest["stack"]
+        cross.gate = manifest.get("gate")
     if manifest.get("decision_offsets"):
         offsets = manifest["decision_offsets"]
         if set(offsets) != set(labels):

@@ -102,7 +102,7 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
 
     train, calib = data.split_examples(pairs, "train"), data.split_examples(pairs, "calib")
     gold = np.array([g for *_, g in calib])
-    cross.feature_head = cross.stack = None
+    cross.feature_head = cross.stack = cross.gate = None
     cross.temperature = 1.0
     network_logits = pair_logits(cross, calib)
     temperature = fit_temperature(network_logits, gold)
@@ -125,11 +125,48 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     if scorer != "network":
         cross.feature_head, cross.stack = head, stack if scorer == "stacked" else features_only
     fit_decision(cross, data.split_examples(decision_pairs, "calib"))
-    return {"temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll["network"],
+    gate = fit_gate(cross, stack, features_only, network_logits, feature_logits, gold) if scorer == "stacked" else None
+    return {"gate": gate, "temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll["network"],
             "calib_nll_feature_head": head_nll, "feature_heads": heads, "calib_nll_stacked": nll["stacked"],
             "calib_nll_features_only": nll["features"], "scorer": scorer,
             "stack": {k: v for k, v in (cross.stack or stack).items() if k != "features"},
             "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
+
+
+# The cascade keeps the stacked scorer's label on at least this share of the calibration pairs.
+GATE_AGREEMENT = 0.995
+
+
+def fit_gate(cross: CrossEncoder, stack: dict, features_only: dict, network_logits: np.ndarray,
+             feature_logits: np.ndarray, gold: np.ndarray, *, agreement: float = GATE_AGREEMENT) -> dict:
+    """The cascade's threshold: the lowest feature-only confidence at which a pair's label may be taken
+    from the feature-only scorer (calibrated alone: ``features_only``) without running the network, such
+    that the labels of at least ``agreement`` of the calibration pairs stay what the stacked scorer
+    (network + features) says. Sets ``cross.gate``; returns the figures it was chosen on."""
+    from mgeo_index.metrics import classification_report
+
+    def probs_of(params: dict, net: np.ndarray) -> np.ndarray:
+        logits = params["alpha"] * net + params["beta"] * feature_logits + np.array(params["bias"])
+        return torch.softmax(torch.tensor(logits), dim=1).numpy()
+
+    full = probs_of(stack, network_logits)
+    alone = probs_of(features_only, np.zeros_like(network_logits))
+    full_labels, alone_labels = cross.decide(full), cross.decide(alone)
+    confidence = alone[np.arange(len(alone)), alone_labels]
+    threshold = 1.0
+    for candidate in np.arange(0.5, 1.0, 0.0025):
+        gated = np.where(confidence >= candidate, alone_labels, full_labels)
+        if np.mean(gated == full_labels) >= agreement:
+            threshold = float(round(candidate, 4))
+            break
+    skipped = confidence >= threshold
+    gated = np.where(skipped, alone_labels, full_labels)
+    gold_labels = np.array([cross.labels.index(LABELS[g]) for g in gold])
+    cross.gate = {"beta": features_only["beta"], "bias": features_only["bias"], "min_probability": threshold}
+    return {"min_probability": threshold, "skipped_share": float(skipped.mean()),
+            "label_agreement": float(np.mean(gated == full_labels)),
+            "calib_macro_f1_stacked": classification_report(gold_labels, full_labels, cross.labels)["macro_f1"],
+            "calib_macro_f1_gated": classification_report(gold_labels, gated, cross.labels)["macro_f1"]}
 
 
 # Calib NLL (nats) the transformer must save over the feature head alone to be run at all: it is
