@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import warnings
 from pathlib import Path
 
@@ -25,9 +26,15 @@ import torch
 
 from mgeo_index import files, settings
 
-BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
+BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# Backends that need an optional extra: backend → (extra, the modules it installs that the backend imports).
+EXTRAS = {"onnx": ("onnx", ("onnxruntime", "onnx"))}
+
+
+class MissingExtra(ImportError):
+    """A backend whose optional extra is not installed; the message names the ``pip install`` that adds it."""
 
 
 def check(name: str) -> str:
@@ -36,11 +43,32 @@ def check(name: str) -> str:
     return name
 
 
+def require(name: str) -> str:
+    """:func:`check` ``name``, and that the modules of its optional extra are installed (else :class:`MissingExtra`).
+
+    Looks the modules up without importing them, so asking costs nothing.
+    """
+    check(name)
+    extra, modules = EXTRAS.get(name, (None, ()))
+    missing = [module for module in modules if not _installed(module)]
+    if missing:
+        raise MissingExtra(f"the {name} backend needs {' and '.join(missing)}: pip install 'mgeo-index[{extra}]'")
+    return name
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that fails to import, a module without a spec
+        return False
+
+
 def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
     """Set ``model.runner`` / ``model.precision`` for backend ``name`` (default: ``settings.backend()``)."""
     name = check(settings.backend(name, device))
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
+    require(name)
     runner = None
     if name == "compile":
         runner = torch.compile(model, dynamic=True)
@@ -139,7 +167,7 @@ class OnnxRunner:
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise ImportError("the onnx backend needs ONNX Runtime: pip install onnxruntime") from exc
+            raise MissingExtra("the onnx backend needs onnxruntime: pip install 'mgeo-index[onnx]'") from exc
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1

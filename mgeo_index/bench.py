@@ -159,7 +159,9 @@ def bench_backends(
     """Each backend on the same inputs: addresses/s, pairs/s (network), agreement with ``torch``, dev macro-F1.
 
     Timings are interleaved (round 1 of every backend, then round 2 …) and the best round is kept, so a
-    burst of load from other processes does not land on one backend only.
+    burst of load from other processes does not land on one backend only. A backend whose optional extra
+    is not installed (``onnx`` without ONNX Runtime) is not timed: its row is ``{"backend": name,
+    "skipped": why}``, in its place.
     """
     from mgeo_index import backends, settings
     from mgeo_index.evaluate import evaluate_pairs
@@ -168,8 +170,13 @@ def bench_backends(
 
     texts = [normalize(t) for t in texts]
     first, second = texts[:n_pairs], [normalize(t) for t in others[:n_pairs]]
-    loaded = {}
+    loaded, skipped = {}, {}
     for name in names:
+        try:
+            backends.require(name)
+        except backends.MissingExtra as exc:
+            skipped[name] = str(exc)
+            continue
         t0 = time.perf_counter()
         bi = backends.apply(load_bi_encoder(settings.bi_model_path(model)), name)
         cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)), name)
@@ -202,7 +209,9 @@ def bench_backends(
             row["pairs_vs_torch"] = row["pairs_per_s"] / torch_row["pairs_per_s"]
             if pairs is not None:
                 row["macro_f1_delta"] = row["macro_f1"] - torch_row["macro_f1"]
-    return out
+    timed = iter(out)
+    return [{"backend": name, "skipped": skipped[name]} if name in skipped else next(timed)
+            for name in dict.fromkeys(names)]
 
 
 def network_scores(cross, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
@@ -212,6 +221,75 @@ def network_scores(cross, first: Sequence[str], second: Sequence[str]) -> np.nda
         return inference.score_pairs(cross, first, second)
     finally:
         cross.feature_head = head
+
+
+def run_bench(
+    addresses: str | Path,
+    *,
+    limit: int,
+    naive: int,
+    queries: int,
+    backend: str | None = None,
+    model=None,
+    cross_model=None,
+    names: Sequence[str] = (),
+    pairs: str | Path | None = None,
+    split: str = "dev",
+    index_dir: str | Path | None = None,
+    build_sizes: Sequence[int] = (),
+    data: str | Path | None = None,
+    work_dir: str | Path = "bench-work",
+) -> dict:
+    """`mgeo-index bench`: the first ``limit`` addresses of ``addresses`` through the engine and ``naive``
+    of them through the naive loop with ``backend``; with ``names`` those backends side by side (and
+    their macro-F1 on the ``split`` of ``pairs``); with ``index_dir`` single-query resolve latency over
+    ``queries`` queries (plain torch and ``backend``); with ``build_sizes`` a fresh build of catalogs of
+    those sizes synthesized from ``data`` in ``work_dir``. Returns the report (what ``--json`` prints)."""
+    import random
+
+    from mgeo_index import settings
+    from mgeo_index.catalog import read_catalog
+    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.model.loading import load_bi, load_cross
+
+    if build_sizes and data is None:
+        raise ValueError("build_sizes needs data, the shared data folder the catalogs are synthesized from")
+    texts: list[str] = []
+    for rows, _ in read_catalog(addresses, chunk_size=5000).chunks():
+        texts += [r.address for r in rows]
+        if len(texts) >= limit:
+            break
+    texts = texts[:limit]
+    rng = random.Random(0)
+    shuffled = rng.sample(texts, len(texts))
+    chosen = settings.backend(backend)
+    bi = load_bi(model, device="cpu", backend=chosen)
+    cross = load_cross(cross_model, device="cpu", backend=chosen)
+    report = {
+        "torch_threads": torch.get_num_threads(),
+        "backend": chosen,
+        "encode": bench_encode(bi, texts, naive),
+        "score_pairs": bench_score(cross, texts, shuffled, naive),
+    }
+    if names:
+        labeled = read_labeled_pairs(pairs, split) if pairs is not None else None
+        report["backends"] = bench_backends(names, texts, shuffled, model=model, cross_model=cross_model, pairs=labeled)
+    if index_dir is not None:
+        from mgeo_index.resolver import open_resolver
+
+        sample = [t[2:] for t in rng.sample(texts, min(queries, len(texts)))]
+        report["resolve"] = {}
+        for name in dict.fromkeys(["torch", chosen]):  # the plain reference, then the chosen backend
+            resolver = open_resolver(index_dir, model=model, cross_model=cross_model, device="cpu", backend=name)
+            report["resolve"][name] = bench_resolve(resolver, sample)
+    if build_sizes:
+        work_dir = Path(work_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        report["build"] = []
+        for n in build_sizes:
+            catalog = synthesize_catalog(data, n, work_dir / f"catalog-{n}.tsv")
+            report["build"].append(bench_build(catalog, work_dir / f"index-{n}", backend=chosen))
+    return report
 
 
 # --- the 200,000-row build: throughput and peak resident memory of the build process ---------------

@@ -116,6 +116,8 @@ def cross_model_path(path: str | Path | None = None) -> Path:
 # `mgeo-index bench` (README) whose CCKS dev macro-F1 is within 0.005 of plain torch. int8: 2.3× torch
 # encoding, 3.0× pair scoring, dev macro-F1 0.6017 for both (no label changed).
 DEFAULT_CPU_BACKEND = "int8"
+# Every inference backend (mgeo_index.backends implements them); here so that naming them imports no torch.
+BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 
 
 def backend(name: str | None = None, device: str = "cpu") -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from mgeo_index.store import Base
+from mgeo_index.store import Base  # the package imports every table module: Base.metadata has them all
 
 config = context.config
 target_metadata = Base.metadata

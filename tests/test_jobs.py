@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from mgeo_index import settings, store
-from mgeo_index.jobs import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
+from mgeo_index.normalize import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
 
 CHUNK, BATCH, TOP_K = 25, 10, 2
 VARIANT = "深圳南山中山路７５号东方科技园９号楼"  # P0001 without province/city, full-width digits
@@ -178,7 +178,7 @@ def test_kill_9_mid_job_then_resume_gives_every_row_exactly_once(index_dir, job_
     assert 0 < job["rows_done"] < len(rows), "killed too late to test resuming"
     assert not out.exists()
 
-    from mgeo_index.jobs import list_jobs
+    from mgeo_index.normalize import list_jobs
 
     assert {j["id"]: j["state"] for j in list_jobs(index_dir)}[job["id"]] == "stale"
     resumed = normalize_file(path, out, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH, top_k=TOP_K)
@@ -372,6 +372,26 @@ def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
         ray.shutdown()
     assert result.engine == "ray" and result.rows == len(rows)
     assert remote.read_bytes() == local.read_bytes()
+
+
+def test_a_job_is_recorded_only_once_its_engine_is_available(index_dir, tmp_path, monkeypatch):
+    """--engine ray where Ray is not installed: the one-line install hint, and no job in the store."""
+    from typer.testing import CliRunner
+
+    from mgeo_index.cli import app
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if Ray were not installed
+    path = tmp_path / "in.csv"
+    _write_input(path, 8)
+    out = tmp_path / "out.csv"
+    with pytest.raises(ImportError, match=r"pip install 'mgeo-index\[ray\]'"):
+        normalize_file(path, out, index_dir, device="cpu", engine="ray")
+    assert _job_in_store(index_dir, out) is None
+    result = CliRunner().invoke(app, ["normalize", str(path), "--out", str(out), "--index-dir", str(index_dir),
+                                      "--engine", "ray"])
+    assert result.exit_code == 1
+    assert "Error: the Ray engine needs Ray Data: pip install 'mgeo-index" in " ".join(result.output.split())
+    assert _job_in_store(index_dir, out) is None
 
 
 # --------------------------------------------------------------------------- migration 0002

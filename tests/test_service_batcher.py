@@ -5,13 +5,13 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e '.[serve]')")
 
-from mgeo_index.service.batcher import Batcher, DeadlineExceeded, Job, QueueFull  # noqa: E402
+from mgeo_index.service.batcher import Batcher, DeadlineExceeded, QueueFull, Submission  # noqa: E402
 
 
 def upper_batches(record: list):
     """A real batch function: upper-cases every item and records which items ran together."""
 
-    def run_batch(jobs: list[Job]) -> list:
+    def run_batch(jobs: list[Submission]) -> list:
         record.append([item for job in jobs for item in job.items])
         return [[item.upper() for item in job.items] for job in jobs]
 
@@ -23,8 +23,8 @@ def test_interactive_jobs_go_first_and_bulk_fills_the_rest():
 
     async def main():
         batcher = Batcher(upper_batches(ran), max_batch=3, max_wait_ms=1000)
-        bulk = [batcher.submit(Job("resolve", (), [f"b{i}"], lane="bulk")) for i in range(4)]
-        interactive = [batcher.submit(Job("resolve", (), [f"i{i}"])) for i in range(2)]
+        bulk = [batcher.submit(Submission("resolve", (), [f"b{i}"], lane="bulk")) for i in range(4)]
+        interactive = [batcher.submit(Submission("resolve", (), [f"i{i}"])) for i in range(2)]
         batcher.start()
         results = await asyncio.gather(*interactive, *bulk)
         await batcher.stop()
@@ -40,7 +40,7 @@ def test_batches_respect_max_batch_and_never_split_a_job():
 
     async def main():
         batcher = Batcher(upper_batches(ran), max_batch=4, max_wait_ms=1000)
-        futures = [batcher.submit(Job("resolve", (), items)) for items in (["a", "b", "c"], ["d", "e"], ["f"], list("ghijkl"))]
+        futures = [batcher.submit(Submission("resolve", (), items)) for items in (["a", "b", "c"], ["d", "e"], ["f"], list("ghijkl"))]
         batcher.start()
         results = await asyncio.gather(*futures)
         await batcher.stop()
@@ -58,14 +58,14 @@ def test_a_lone_caller_is_not_held_back_but_concurrent_callers_wait_for_company(
         # with a one-hour max wait, only "lone caller" or "the batch is full" can let a job through
         batcher = Batcher(upper_batches(ran), max_batch=4, max_wait_ms=3_600_000)
         batcher.start()
-        assert await asyncio.wait_for(batcher.submit(Job("resolve", (), ["x"])), 30) == ["X"]
-        assert await asyncio.wait_for(batcher.submit(Job("resolve", (), ["y"])), 30) == ["Y"]
-        pair = [batcher.submit(Job("resolve", (), [c])) for c in "ab"]  # two at once: they run together
+        assert await asyncio.wait_for(batcher.submit(Submission("resolve", (), ["x"])), 30) == ["X"]
+        assert await asyncio.wait_for(batcher.submit(Submission("resolve", (), ["y"])), 30) == ["Y"]
+        pair = [batcher.submit(Submission("resolve", (), [c])) for c in "ab"]  # two at once: they run together
         await asyncio.wait_for(asyncio.gather(*pair), 30)
-        waiting = batcher.submit(Job("resolve", (), ["c"]))  # after a shared batch, wait for company
+        waiting = batcher.submit(Submission("resolve", (), ["c"]))  # after a shared batch, wait for company
         await asyncio.sleep(0.2)
         assert not waiting.done()
-        rest = [batcher.submit(Job("resolve", (), [c])) for c in "def"]
+        rest = [batcher.submit(Submission("resolve", (), [c])) for c in "def"]
         await asyncio.wait_for(asyncio.gather(waiting, *rest), 30)
         await batcher.stop()
 
@@ -76,12 +76,12 @@ def test_a_lone_caller_is_not_held_back_but_concurrent_callers_wait_for_company(
 def test_full_queue_raises_with_retry_after_and_lanes_are_bounded_separately():
     async def main():
         batcher = Batcher(upper_batches([]), max_batch=8, max_queue=3)
-        batcher.submit(Job("resolve", (), ["a", "b"]))
+        batcher.submit(Submission("resolve", (), ["a", "b"]))
         with pytest.raises(QueueFull) as full:
-            batcher.submit(Job("resolve", (), ["c", "d"]))
+            batcher.submit(Submission("resolve", (), ["c", "d"]))
         assert full.value.retry_after >= 1 and full.value.lane == "interactive"
-        batcher.submit(Job("resolve", (), ["c"]))  # exactly at the limit
-        batcher.submit(Job("resolve", (), ["x", "y", "z"], lane="bulk"))  # the bulk lane has its own room
+        batcher.submit(Submission("resolve", (), ["c"]))  # exactly at the limit
+        batcher.submit(Submission("resolve", (), ["x", "y", "z"], lane="bulk"))  # the bulk lane has its own room
         assert batcher.queued == {"interactive": 3, "bulk": 3}
         await batcher.stop()
 
@@ -94,10 +94,10 @@ def test_expired_and_abandoned_jobs_are_not_computed():
     async def main():
         batcher = Batcher(upper_batches(ran), max_batch=8, max_wait_ms=1000)
         loop = asyncio.get_running_loop()
-        expired = batcher.submit(Job("resolve", (), ["late"], deadline=loop.time() - 1))
-        abandoned = batcher.submit(Job("resolve", (), ["gone"]))
+        expired = batcher.submit(Submission("resolve", (), ["late"], deadline=loop.time() - 1))
+        abandoned = batcher.submit(Submission("resolve", (), ["gone"]))
         abandoned.cancel()
-        kept = batcher.submit(Job("resolve", (), ["kept"]))
+        kept = batcher.submit(Submission("resolve", (), ["kept"]))
         batcher.start()
         assert await kept == ["KEPT"]
         with pytest.raises(DeadlineExceeded):
@@ -121,8 +121,8 @@ def test_a_failing_batch_fails_its_jobs_and_the_loop_goes_on():
         batcher = Batcher(run_batch, max_batch=1)
         batcher.start()
         with pytest.raises(RuntimeError, match="model exploded"):
-            await batcher.submit(Job("resolve", (), ["boom"]))
-        assert await batcher.submit(Job("resolve", (), ["fine"])) == ["fine"]
+            await batcher.submit(Submission("resolve", (), ["boom"]))
+        assert await batcher.submit(Submission("resolve", (), ["fine"])) == ["fine"]
         await batcher.stop()
 
     asyncio.run(main())
@@ -132,7 +132,7 @@ def test_a_failing_batch_fails_its_jobs_and_the_loop_goes_on():
 def test_stop_answers_every_queued_job():
     async def main():
         batcher = Batcher(upper_batches([]), max_batch=1)
-        future = batcher.submit(Job("resolve", (), ["never run"]))  # the loop was never started
+        future = batcher.submit(Submission("resolve", (), ["never run"]))  # the loop was never started
         await batcher.stop()
         with pytest.raises(RuntimeError, match="shutting down"):
             await future
@@ -147,8 +147,8 @@ def test_batches_are_cut_to_meet_deadlines_and_hopeless_jobs_are_shed():
         batcher = Batcher(upper_batches(ran), max_batch=8, max_wait_ms=1000)
         batcher.seconds_per_item = 10.0  # as measured on a slow model
         now = asyncio.get_running_loop().time()
-        hopeless = batcher.submit(Job("resolve", (), ["x"], deadline=now + 5))  # needs 10 s, has 5
-        first = [batcher.submit(Job("resolve", (), [c], deadline=now + 35)) for c in "abcd"]  # 3 fit in 35 s
+        hopeless = batcher.submit(Submission("resolve", (), ["x"], deadline=now + 5))  # needs 10 s, has 5
+        first = [batcher.submit(Submission("resolve", (), [c], deadline=now + 35)) for c in "abcd"]  # 3 fit in 35 s
         batcher.start()
         await asyncio.gather(*first)
         with pytest.raises(DeadlineExceeded):

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mgeo_index.service import loader
-from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, Job, QueueFull
+from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, QueueFull, Submission
 from mgeo_index.service.cache import cache_key, open_cache
 from mgeo_index.service.config import ServeConfig
 from mgeo_index.service.metrics import Metrics, create_metrics
@@ -62,8 +62,8 @@ def create_app(config: ServeConfig) -> FastAPI:
                        on_error=lambda operation: metrics.cache_errors.labels(operation=operation).inc())
     state = State(config=config, metrics=metrics, cache=cache)
 
-    def run_batch(jobs: list[Job]) -> list:
-        return loader.run_batch(state.loaded, jobs)  # read once: in-flight batches keep their index
+    def run_batch(submissions: list[Submission]) -> list:
+        return loader.run_batch(state.loaded, submissions)  # read once: in-flight batches keep their index
 
     def on_batch(items: int, seconds: float) -> None:
         metrics.batch_items.observe(items)
@@ -179,7 +179,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         metrics.cache_misses.inc(len(keys) - hits)
         missing = [i for i, c in enumerate(cached) if c is None]
         if missing:
-            version, results = await _submit(state, Job("resolve", params, [queries[i] for i in missing], lane), deadline)
+            version, results = await _submit(state, Submission("resolve", params, [queries[i] for i in missing], lane), deadline)
             fresh = {}
             for i, matches in zip(missing, results):
                 cached[i] = matches
@@ -204,7 +204,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         deadline = _deadline(request, config)
         _ready(state)
         log.debug("match %s", body.pairs)
-        _, results = await _submit(state, Job("match", (body.explain,), [(p.a, p.b) for p in body.pairs], lane), deadline)
+        _, results = await _submit(state, Submission("match", (body.explain,), [(p.a, p.b) for p in body.pairs], lane), deadline)
         return JSONResponse({"results": results})
 
     @app.post("/v1/admin/reload", summary="Load a new build of the index directory and swap it in")
@@ -310,15 +310,15 @@ def _ready(state: State) -> loader.Loaded:
     return state.loaded
 
 
-async def _submit(state: State, job: Job, timeout: float):
+async def _submit(state: State, submission: Submission, timeout: float):
     loop = asyncio.get_running_loop()
-    job.deadline = loop.time() + timeout
+    submission.deadline = loop.time() + timeout
     try:
-        future = state.batcher.submit(job)
+        future = state.batcher.submit(submission)
     except QueueFull as exc:
         raise HTTPProblem(429, str(exc), "queue_full", {"Retry-After": str(exc.retry_after)}) from None
     try:
-        return await asyncio.wait_for(future, timeout)  # on timeout the future is cancelled: a queued job is dropped
+        return await asyncio.wait_for(future, timeout)  # on timeout the future is cancelled: a queued submission is dropped
     except (asyncio.TimeoutError, DeadlineExceeded):
         raise HTTPProblem(504, f"no answer within the request deadline ({timeout * 1000:.0f} ms)", "deadline") from None
     except Exception:  # the batch failed: this request gets a 500, the server goes on

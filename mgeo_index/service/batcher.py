@@ -1,18 +1,18 @@
 """Dynamic batching: concurrent requests share one resolver call.
 
-Jobs (one request's items: queries or pairs) wait in two lanes, ``interactive`` and ``bulk``. One loop
-takes up to ``max_batch`` items — interactive jobs first, bulk jobs only fill what is left, so bulk
-traffic cannot starve single queries — as soon as the batch is full or the oldest waiting job has
+Submissions (one request's items: queries or pairs) wait in two lanes, ``interactive`` and ``bulk``. One loop
+takes up to ``max_batch`` items — interactive submissions first, bulk submissions only fill what is left, so bulk
+traffic cannot starve single queries — as soon as the batch is full or the oldest waiting submission has
 waited ``max_wait_ms`` — except for a lone caller: when the previous batch held one item and nothing was
 waiting after it, the next request runs at once instead of waiting for company that is not coming
 (requests that arrive meanwhile form the next batch). The whole batch goes to ``run_batch`` on one worker thread (one encode, one
-search, one rerank), and each job's future gets its slice of the answer.
+search, one rerank), and each submission's future gets its slice of the answer.
 
 Limits: each lane holds at most ``max_queue`` items; past that :meth:`Batcher.submit` raises
-:class:`QueueFull` with a Retry-After estimate. A job that cannot finish before its deadline (by the
+:class:`QueueFull` with a Retry-After estimate. A submission that cannot finish before its deadline (by the
 measured time per item) is answered with :class:`DeadlineExceeded` without being computed, and a batch
-stops growing when it would end after its earliest deadline; a job whose caller stopped waiting (its
-future cancelled) is dropped. Every job's future is resolved at most once.
+stops growing when it would end after its earliest deadline; a submission whose caller stopped waiting (its
+future cancelled) is dropped. Every submission's future is resolved at most once.
 """
 from __future__ import annotations
 
@@ -37,12 +37,15 @@ class QueueFull(Exception):
 
 
 class DeadlineExceeded(Exception):
-    """The job's deadline passed while it was still queued."""
+    """The submission's deadline passed while it was still queued."""
 
 
 @dataclass(eq=False)
-class Job:
-    kind: str  # "resolve" or "match": run_batch groups jobs by (kind, params)
+class Submission:
+    """One request's items (queries or pairs), queued in a lane until a batch takes them all; its future
+    gets their results."""
+
+    kind: str  # "resolve" or "match": run_batch groups submissions by (kind, params)
     params: Hashable
     items: Sequence
     lane: str = "interactive"
@@ -52,11 +55,11 @@ class Job:
 
 
 class Batcher:
-    """Queue + batching loop. ``run_batch(jobs) -> one result per job`` runs on a worker thread."""
+    """Queue + batching loop. ``run_batch(submissions) -> one result per submission`` runs on a worker thread."""
 
     def __init__(
         self,
-        run_batch: Callable[[list[Job]], list],
+        run_batch: Callable[[list[Submission]], list],
         *,
         max_batch: int = 32,
         max_wait_ms: float = 3.0,
@@ -70,8 +73,8 @@ class Batcher:
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
         self.on_batch = on_batch
-        self.lanes: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
-        self.queued = dict.fromkeys(LANES, 0)  # items (not jobs) waiting per lane
+        self.lanes: dict[str, deque[Submission]] = {lane: deque() for lane in LANES}
+        self.queued = dict.fromkeys(LANES, 0)  # items (not submissions) waiting per lane
         self.seconds_per_item = 0.05  # running estimate, for Retry-After
         self.lone = True  # the last batch had one item and left nothing queued: don't wait for more
         self._wake = asyncio.Event()
@@ -79,19 +82,19 @@ class Batcher:
         self._task: asyncio.Task | None = None
 
     # -- callers ------------------------------------------------------------------------------
-    def submit(self, job: Job) -> asyncio.Future:
-        """Queue a job; its future gets run_batch's result for it (or an exception)."""
-        if job.lane not in LANES:
-            raise ValueError(f"lane must be one of {LANES}, not {job.lane!r}")
-        if self.queued[job.lane] + len(job.items) > self.max_queue:
-            raise QueueFull(job.lane, self.retry_after())
+    def submit(self, submission: Submission) -> asyncio.Future:
+        """Queue a submission; its future gets run_batch's result for it (or an exception)."""
+        if submission.lane not in LANES:
+            raise ValueError(f"lane must be one of {LANES}, not {submission.lane!r}")
+        if self.queued[submission.lane] + len(submission.items) > self.max_queue:
+            raise QueueFull(submission.lane, self.retry_after())
         loop = asyncio.get_running_loop()
-        job.future = loop.create_future()
-        job.enqueued = loop.time()
-        self.lanes[job.lane].append(job)
-        self.queued[job.lane] += len(job.items)
+        submission.future = loop.create_future()
+        submission.enqueued = loop.time()
+        self.lanes[submission.lane].append(submission)
+        self.queued[submission.lane] += len(submission.items)
         self._wake.set()
-        return job.future
+        return submission.future
 
     async def run_exclusive(self, fn: Callable[[], object]) -> object:
         """Run ``fn`` on the worker thread between two batches (compute never runs on two threads)."""
@@ -114,9 +117,9 @@ class Batcher:
                 pass
         for lane in LANES:  # nothing waits forever
             while self.lanes[lane]:
-                job = self.lanes[lane].popleft()
-                if not job.future.done():
-                    job.future.set_exception(RuntimeError("the server is shutting down"))
+                submission = self.lanes[lane].popleft()
+                if not submission.future.done():
+                    submission.future.set_exception(RuntimeError("the server is shutting down"))
             self.queued[lane] = 0
         self._executor.shutdown(wait=True)
 
@@ -127,20 +130,20 @@ class Batcher:
             batch = self._take(loop.time())
             if not batch:
                 continue
-            items = sum(len(job.items) for job in batch)
+            items = sum(len(submission.items) for submission in batch)
             started = time.perf_counter()
             try:
                 results = await loop.run_in_executor(self._executor, self.run_batch, batch)
                 if len(results) != len(batch):
-                    raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} jobs")
+                    raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} submissions")
             except Exception as exc:  # noqa: BLE001 - every waiting caller gets the error, the loop goes on
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+                for submission in batch:
+                    if not submission.future.done():
+                        submission.future.set_exception(exc)
             else:
-                for job, result in zip(batch, results):
-                    if not job.future.done():  # the caller may have given up (deadline)
-                        job.future.set_result(result)
+                for submission, result in zip(batch, results):
+                    if not submission.future.done():  # the caller may have given up (deadline)
+                        submission.future.set_result(result)
             seconds = time.perf_counter() - started
             self.seconds_per_item = 0.8 * self.seconds_per_item + 0.2 * seconds / items
             self.lone = items == 1 and not any(self.lanes.values())
@@ -148,7 +151,7 @@ class Batcher:
                 self.on_batch(items, seconds)
 
     async def _wait_for_batch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Until something is queued, then until the batch is full or the oldest job waited max_wait."""
+        """Until something is queued, then until the batch is full or the oldest submission waited max_wait."""
         while not any(self.lanes.values()):
             self._wake.clear()
             await self._wake.wait()
@@ -163,35 +166,35 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
-    def _take(self, now: float) -> list[Job]:
-        """Up to max_batch items, interactive first; a job is never split; lanes stay FIFO.
+    def _take(self, now: float) -> list[Submission]:
+        """Up to max_batch items, interactive first; a submission is never split; lanes stay FIFO.
 
-        Deadline-aware, from the measured time per item: a job that could not finish before its
+        Deadline-aware, from the measured time per item: a submission that could not finish before its
         deadline even alone is answered DeadlineExceeded at once (no work wasted on a caller who will
         be gone), and a batch stops growing when it would no longer finish before its earliest deadline.
         """
-        batch: list[Job] = []
+        batch: list[Submission] = []
         size = 0
         earliest = math.inf
         for lane in LANES:
             queue = self.lanes[lane]
             while queue:
-                job = queue[0]
-                alone = now + len(job.items) * self.seconds_per_item
-                if job.future.done() or alone > job.deadline:
+                submission = queue[0]
+                alone = now + len(submission.items) * self.seconds_per_item
+                if submission.future.done() or alone > submission.deadline:
                     queue.popleft()
-                    self.queued[lane] -= len(job.items)
-                    if not job.future.done():
-                        job.future.set_exception(DeadlineExceeded())
+                    self.queued[lane] -= len(submission.items)
+                    if not submission.future.done():
+                        submission.future.set_exception(DeadlineExceeded())
                     continue
-                if batch and (size + len(job.items) > self.max_batch
-                              or now + (size + len(job.items)) * self.seconds_per_item > min(earliest, job.deadline)):
+                ends = now + (size + len(submission.items)) * self.seconds_per_item
+                if batch and (size + len(submission.items) > self.max_batch or ends > min(earliest, submission.deadline)):
                     return batch
                 queue.popleft()
-                self.queued[lane] -= len(job.items)
-                batch.append(job)
-                size += len(job.items)
-                earliest = min(earliest, job.deadline)
+                self.queued[lane] -= len(submission.items)
+                batch.append(submission)
+                size += len(submission.items)
+                earliest = min(earliest, submission.deadline)
                 if size >= self.max_batch:
                     return batch
         return batch

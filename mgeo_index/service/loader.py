@@ -14,7 +14,7 @@ from mgeo_index import generations, settings
 from mgeo_index.match import score_sides, side
 from mgeo_index.text import printable
 from mgeo_index.resolver import Resolver, open_resolver
-from mgeo_index.service.batcher import Job
+from mgeo_index.service.batcher import Submission
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
 WARMUP_QUERIES = (
@@ -90,15 +90,15 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
     return out
 
 
-def run_batch(loaded: Loaded, jobs: list[Job]) -> list[tuple[str, list]]:
-    """(version, per-item results) for each job. Jobs with the same kind and parameters share one call:
+def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, list]]:
+    """(version, per-item results) for each submission. Submissions with the same kind and parameters share one call:
     one resolve (one encode, one search, one rerank) or one score_pairs for all their items."""
     groups: dict[tuple, list[int]] = defaultdict(list)
-    for i, job in enumerate(jobs):
-        groups[(job.kind, job.params)].append(i)
-    out: list = [None] * len(jobs)
+    for i, submission in enumerate(submissions):
+        groups[(submission.kind, submission.params)].append(i)
+    out: list = [None] * len(submissions)
     for (kind, params), members in groups.items():
-        items = [item for i in members for item in jobs[i].items]
+        items = [item for i in members for item in submissions[i].items]
         if kind == "resolve":
             top_k, rerank, explain, retrieval = params
             results = loaded.resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval)
@@ -106,10 +106,10 @@ def run_batch(loaded: Loaded, jobs: list[Job]) -> list[tuple[str, list]]:
             (explain,) = params
             results = score_pairs(loaded.resolver, items, explain)
         else:
-            raise ValueError(f"unknown job kind {kind!r}")
+            raise ValueError(f"unknown submission kind {kind!r}")
         start = 0
         for i in members:
-            n = len(jobs[i].items)
+            n = len(submissions[i].items)
             out[i] = (loaded.version, results[start : start + n])
             start += n
     return out

@@ -1,4 +1,4 @@
-"""Ray Data engine for normalize jobs: the same micro-batches as the local engine, resolved by
+"""The Ray Data engine for normalize jobs: the same micro-batches as the local engine, resolved by
 ``map_batches`` over an actor pool (each actor opens its own resolver: model + index replica).
 
 The driver keeps reading, validating, writing parts and checkpointing exactly as the local engine
@@ -16,7 +16,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from mgeo_index.jobs import Chunk, Policy, micro_batches, ray_actor_device, resolve_outcomes
+from mgeo_index.normalize.inputs import Chunk
+from mgeo_index.normalize.job import Engine, Resolving
+from mgeo_index.normalize.policy import Policy, micro_batches, resolve_outcomes
 
 INSTALL_HINT = "the Ray engine needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
 CHUNKS_PER_WORKER = 4  # chunks per actor in one window
@@ -29,6 +31,30 @@ def _import_ray():
     except ImportError:
         raise ImportError(INSTALL_HINT) from None
     return ray
+
+
+def ray_actor_device(device: str | None, gpus_per_worker: float) -> str:
+    """Where a Ray actor computes: CUDA when it is given GPUs, else ``device`` or the CPU (not the
+    driver's default: actors of a remote cluster need not look like the driver)."""
+    return "cuda" if gpus_per_worker > 0 else (device or "cpu")
+
+
+def ray_engine(*, device: str | None = None, backend: str | None = None, address: str | None = None,
+               workers: int | None = None, gpus_per_worker: float = 0.0) -> Engine:
+    """The Ray engine: ``workers`` actors (on the cluster at ``address``, else a local Ray), each with
+    ``gpus_per_worker`` GPUs, or a CPU and ``device``. Ray itself is imported when a job requires the engine,
+    before the job is recorded."""
+    if backend is not None and gpus_per_worker > 0 and backend != "torch":
+        raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
+
+    def outcomes(chunks: Iterator[Chunk], resolving: Resolving) -> Iterator[tuple[Chunk, list[dict]]]:
+        return ray_outcomes(
+            chunks, policy=resolving.policy, batch_size=resolving.batch_size, index_dir=resolving.index_dir,
+            db=resolving.db, model=resolving.model, cross_model=resolving.cross_model, device=device,
+            backend=resolving.backend, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
+        )
+
+    return Engine(name="ray", device=ray_actor_device(device, gpus_per_worker), outcomes=outcomes, require=_import_ray)
 
 
 class ResolveBatch:

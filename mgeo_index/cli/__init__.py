@@ -1,0 +1,56 @@
+"""mgeo-index command line: thin commands that parse their options, make one library call and render it.
+
+- :mod:`~mgeo_index.cli.options`: the options several commands share, and library defaults read lazily;
+- :mod:`~mgeo_index.cli.errors`: known failures as one red line and exit code 1;
+- :mod:`~mgeo_index.cli.render`: rich tables, progress bars, bench printing;
+- the commands, by concern: :mod:`~mgeo_index.cli.index_commands` (build, add, remove, gc, check),
+  :mod:`~mgeo_index.cli.query_commands` (resolve, parse, match), :mod:`~mgeo_index.cli.eval_commands`
+  (eval pairs / retrieval, bench), :mod:`~mgeo_index.cli.serve_commands`, :mod:`~mgeo_index.cli.db_commands`,
+  :mod:`~mgeo_index.cli.train_commands`, :mod:`~mgeo_index.cli.normalize_commands` (normalize, jobs).
+
+Command modules import the library inside the commands, so ``mgeo-index --help``, ``parse``, ``jobs`` and
+``db`` load neither FAISS, transformers nor the service stack.
+"""
+from __future__ import annotations
+
+import typer
+
+from mgeo_index.cli import (
+    db_commands, eval_commands, index_commands, normalize_commands, query_commands, serve_commands, train_commands,
+)
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="mgeo-index",
+    help="Chinese address entity resolution: build a catalog index, resolve messy addresses, score pairs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main() -> None:
+    """Chinese address entity resolution: build a catalog index, resolve messy addresses, score pairs."""
+
+
+# Commands in the order `mgeo-index --help` lists them; it lists the groups (db, eval) after them.
+for command in (
+    index_commands.build, index_commands.add, index_commands.remove, index_commands.gc, index_commands.check,
+    query_commands.resolve, query_commands.parse, query_commands.match,
+    eval_commands.bench, serve_commands.serve, train_commands.train,
+    normalize_commands.normalize, normalize_commands.jobs,
+):
+    app.command()(command)
+
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+db_app.command("upgrade")(db_commands.db_upgrade)
+db_app.command("downgrade")(db_commands.db_downgrade)
+db_app.command("current")(db_commands.db_current)
+app.add_typer(db_app, name="db")
+
+eval_app = typer.Typer(help="Measure match quality: pair classification and retrieval.", no_args_is_help=True)
+eval_app.command("pairs")(eval_commands.eval_pairs)
+eval_app.command("retrieval")(eval_commands.eval_retrieval)
+app.add_typer(eval_app, name="eval")

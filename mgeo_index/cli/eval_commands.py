@@ -1,0 +1,122 @@
+"""Measurements: eval pairs, eval retrieval, bench."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from mgeo_index import settings
+from mgeo_index.cli.errors import friendly_errors
+from mgeo_index.cli.options import (
+    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, RerankDepth, Retrieval, Split,
+)
+from mgeo_index.cli.render import confusion_table, console, print_bench, report_table, retrieval_table
+
+
+def eval_pairs(
+    file: Annotated[Path, typer.Argument(help="Labeled pairs: query,candidate,label (CCKS) or addr1,addr2,label (0/1).")],
+    split: Split = "all",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a reliability diagram (PNG) here.")] = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
+
+    Example: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --plot reliability.png
+    """
+    from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
+    from mgeo_index.model.loading import load_cross
+
+    with friendly_errors():
+        a, b, gold = read_labeled_pairs(file, split)
+        dev = settings.device(device)
+        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev)
+        probs = report.pop("_probs")
+        if plot is not None:
+            reliability_diagram(probs, gold, plot)
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    console.print(report_table(f"{file.name} ({split}, {len(gold)} pairs)", report))
+    console.print(confusion_table(report))
+    if plot is not None:
+        console.print(f"reliability diagram → {escape(str(plot))}")
+
+
+def eval_retrieval(
+    queries: Annotated[Path, typer.Argument(help="TSV with query and gold columns, or a CCKS pairs file (exact_match rows).")],
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    split: Split = "all",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=10, help="Candidates retrieved and reranked.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    retrieval: Retrieval = "hybrid",
+    admin_filter: AdminFilter = False,
+    rerank_depth: RerankDepth = None,
+    db: Db = None,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
+
+    Example: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --index-dir ccks-index
+    """
+    from mgeo_index.evaluate import evaluate_retrieval, read_gold_queries
+    from mgeo_index.resolver import open_resolver
+
+    with friendly_errors():
+        texts, gold = read_gold_queries(queries, split)
+        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
+        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter,
+                                    rerank_depth=rerank_depth)
+    if as_json:
+        print(json.dumps(report))
+        return
+    console.print(retrieval_table(report, retrieval))
+
+
+def bench(
+    addresses: Annotated[Path, typer.Option(help="Catalog file whose addresses are encoded (default: the bundled sample).")] = settings.SAMPLE_CATALOG,
+    limit: Annotated[int, typer.Option(help="Addresses (and pairs) to time through the engine.")] = 2000,
+    naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
+    index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,
+    queries: Annotated[int, typer.Option(help="Single queries timed for resolve latency.")] = 200,
+    backend_list: Annotated[str, typer.Option("--backends", help="Comma-separated backends to compare side by side ('' for none; add compile to include torch.compile, which compiles for minutes on a small CPU).")] = ",".join(b for b in settings.BACKENDS if b != "compile"),
+    pairs: Annotated[Path | None, typer.Option(help="Labeled pairs (e.g. ccks2021_train.tsv.gz): each backend's dev macro-F1.")] = None,
+    split: Split = "dev",
+    build_rows: Annotated[str, typer.Option(help="Comma-separated catalog sizes to build (e.g. 50000,200000): throughput and peak RSS.")] = "",
+    data: Annotated[Path, typer.Option(help="The shared data folder the build catalogs are synthesized from.")] = SHARED_DATA,
+    work_dir: Annotated[Path, typer.Option(help="Where the synthesized catalogs and their indexes go.")] = Path("bench-work"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    backend: Backend = None,
+) -> None:
+    """Engine vs naive per-item encoding and pair scoring, backends side by side, resolve p50/p99, build RSS.
+
+    Backends whose optional extra is not installed (onnx without ONNX Runtime) are skipped, with a note.
+
+    Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index --pairs ../shared/data/pairs/ccks2021_train.tsv.gz --build-rows 50000,200000
+    """
+    from mgeo_index import backends, bench as bench_mod
+
+    names = [b.strip() for b in backend_list.split(",") if b.strip()]
+    sizes = [int(n) for n in build_rows.replace("_", "").split(",") if n.strip()]
+    with friendly_errors():
+        for name in names:
+            backends.check(name)
+        chosen = backends.require(settings.backend(backend))  # the backend asked for must be there; others are skipped
+        report = bench_mod.run_bench(
+            addresses, limit=limit, naive=naive, backend=chosen, model=model, cross_model=cross_model, names=names,
+            pairs=pairs, split=split, index_dir=index_dir, queries=queries, build_sizes=sizes, data=data, work_dir=work_dir,
+        )
+    if as_json:
+        print(json.dumps(report))
+        return
+    print_bench(report)

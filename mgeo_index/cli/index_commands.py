@@ -1,0 +1,138 @@
+"""The catalog's lifecycle: build, add, remove, gc, check."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from mgeo_index import settings
+from mgeo_index.cli.errors import friendly_errors
+from mgeo_index.cli.options import DEFAULT_INDEX_DIR, AddressColumn, Backend, Db, Device, IndexDir, LibraryDefault, Model
+from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, progress, stage_progress
+
+
+def build(
+    catalog: Annotated[Path, typer.Argument(help="CSV or TSV file of addresses (UTF-8, UTF-8 with BOM or GB18030).")],
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    address_column: AddressColumn = None,
+    id_column: Annotated[str | None, typer.Option(help="Column holding the catalog's own id (kept in results).")] = None,
+    index: Annotated[str, typer.Option("--index", help="FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
+    catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
+
+    Rejected rows go to rejects.tsv in the index directory with their line number and reason.
+
+    Example: mgeo-index build catalog.csv --index-dir idx --id-column poi_id
+    """
+    from mgeo_index.build import build as run_build
+
+    with friendly_errors(), progress() as bar:
+        result = run_build(
+            catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
+            factory=index, model=model, device=device, backend=backend,
+            on_progress=stage_progress(bar, {"parse": "Parsing entries"}),
+        )
+    console.print(build_table(result))
+
+
+def add(
+    delta: Annotated[Path, typer.Argument(help="CSV/TSV of new or changed rows, with the catalog's columns.")],
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Add new rows and update changed ones (same catalog id, new address) without re-embedding the rest.
+
+    The result is a new index generation; readers switch to it in one transaction.
+
+    Example: mgeo-index add delta.csv --index-dir idx
+    """
+    from mgeo_index.update import add as run_add
+
+    with friendly_errors(), progress() as bar:
+        result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=stage_progress(bar))
+    console.print(add_table(result))
+
+
+def remove(
+    ids: Annotated[list[str] | None, typer.Option("--ids", help="Catalog ids to remove (repeat the option or list them).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="File with one catalog id per line.")] = None,
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Remove catalog entries by their catalog id; the new generation no longer returns them.
+
+    Ids not in the catalog are listed, not an error, so an interrupted removal can be re-run.
+
+    Example: mgeo-index remove --ids P0001 --ids P0002 --index-dir idx
+    """
+    from mgeo_index.update import read_ids_file, remove as run_remove
+
+    with friendly_errors():
+        wanted = list(ids or []) + (read_ids_file(file) if file is not None else [])
+        if not wanted:
+            raise ValueError(f"{file} holds no ids (one catalog id a line)" if file is not None
+                             else "give --ids ID ... or --file IDS")
+        result = run_remove(wanted, index_dir, db=db, model=model, device=device)
+    console.print(f"removed {result.removed} entries; generation {result.generation_id} holds {result.vectors_total} vectors "
+                  f"({result.seconds:.1f} s)")
+    if result.not_found:
+        err.print(f"[yellow]{len(result.not_found)} ids not in the catalog (already removed?):[/] "
+                  + escape(", ".join(result.not_found[:20]) + (" …" if len(result.not_found) > 20 else "")), highlight=False)
+
+
+def gc(
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Generations to keep, the current one included.")] = LibraryDefault("mgeo_index.generations", "KEEP_GENERATIONS"),
+    db: Db = None,
+) -> None:
+    """Delete old index generations (files and rows), files of interrupted writes and retired entries no kept generation returns.
+
+    Example: mgeo-index gc --index-dir idx --keep 3
+    """
+    from mgeo_index.update import gc as run_gc
+
+    with friendly_errors():
+        result = run_gc(index_dir, db=db, keep=keep)
+    console.print(f"kept generations {result.generations_kept}; removed generations {result.generations_removed}, "
+                  f"{len(result.files_removed)} files, {result.entries_purged} retired entries", highlight=False)
+
+
+def check(
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild what is wrong from the store, as a new generation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    db: Db = None,
+    model: Model = None,
+    device: Device = None,
+) -> None:
+    """Verify that store and index agree: counts, ids, model fingerprint, file checksums. Exit code 1 when not.
+
+    Example: mgeo-index check --index-dir idx --repair
+    """
+    from mgeo_index import update
+
+    with friendly_errors():
+        before = update.check(index_dir, db=db)
+        after = update.repair(index_dir, db=db, model=model, device=device) if repair and not before.clean else None
+    for report, stage in ((before, "check"), (after, "after repair")):
+        if report is not None:
+            if as_json:
+                print(json.dumps(check_json(report, stage), ensure_ascii=False))
+            else:
+                console.print(check_table(report, stage))
+    if not (after or before).clean:
+        if not repair:
+            err.print("run `mgeo-index check --repair` to rebuild what can be rebuilt from the store", highlight=False)
+        raise typer.Exit(1)

@@ -1,0 +1,53 @@
+"""Options shared by several commands, declared once, and the defaults the commands take from the library.
+
+Help texts go through rich markup (typer's rich help), so a literal ``[`` is written ``\\[``: without it
+``[env …; default: …]`` vanished from the help.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mgeo_index import settings
+
+IndexDir = Annotated[Path, typer.Option("--index-dir", "-i", help="Index directory (FAISS file, index.json, SQLite database).")]
+Db = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of the store \\[env MGEO_INDEX_DB; default: SQLite in the index dir].")]
+Model = Annotated[Path | None, typer.Option("--model", help="Bi-encoder directory \\[env MGEO_INDEX_MODEL; default: the bundled model].")]
+CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-encoder directory \\[env MGEO_INDEX_CROSS_MODEL; default: bundled].")]
+Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … \\[env MGEO_INDEX_DEVICE; default: cuda when available].")]
+Backend = Annotated[str | None, typer.Option("--backend", help=(
+    f"CPU inference backend: {', '.join(settings.BACKENDS[:-1])} or {settings.BACKENDS[-1]} "
+    f"\\[env MGEO_INDEX_BACKEND; default: {settings.DEFAULT_CPU_BACKEND}, torch on CUDA]."))]
+Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
+AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
+RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
+Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
+AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
+QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
+DEFAULT_INDEX_DIR = Path("mgeo-index")  # README: the index directory is ./mgeo-index unless told
+SHARED_DATA = Path("../shared/data")  # the shared data folder beside a checkout (train, bench --data)
+
+
+class LibraryDefault:
+    """An option default that is a library constant, read when first needed — a run without the option, or
+    the command's ``--help`` — so that defining the command imports nothing. (The normalize defaults live in
+    :mod:`mgeo_index.normalize`, whose import loads the store, SQLAlchemy and Alembic: a second on every
+    ``mgeo-index --help``; gc's in :mod:`mgeo_index.generations`, which loads FAISS.) Click calls a callable
+    default; typer's help shows its ``str``.
+    """
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def __call__(self):
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __str__(self) -> str:
+        return str(self())
+
+    def __repr__(self) -> str:
+        return f"LibraryDefault({self.module!r}, {self.name!r})"

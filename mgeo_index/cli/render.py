@@ -1,0 +1,288 @@
+"""What the commands print: rich tables of results and reports, progress bars.
+
+Text that comes from the user or the library (addresses, paths, column and catalog names, problems) is
+escaped or wrapped in :class:`~rich.text.Text`, so brackets in it are printed, not read as markup.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+console = Console()
+err = Console(stderr=True)
+
+
+def log(line: str) -> None:
+    """A progress line of a long run (training), on stderr, printed as written."""
+    err.print(line, markup=False)
+
+
+# --- progress bars -------------------------------------------------------------------------------
+
+
+class RateColumn(ProgressColumn):
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f} {self.unit}/s" if speed else f"– {self.unit}/s", style="progress.data.speed")
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn("rows"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+def stage_progress(bar: Progress, labels: dict[str, str] | None = None, other: str = "Encoding entries"):
+    """An ``on_progress(stage, advance, total)`` callback: one bar per stage, labeled from ``labels`` (else ``other``)."""
+    labels = {"read": "Reading rows", **(labels or {})}
+    tasks: dict[str, int] = {}
+
+    def on_progress(stage: str, advance: int, total: int | None) -> None:
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(labels.get(stage, other), total=total)
+        bar.update(tasks[stage], advance=advance, total=total)
+
+    return on_progress
+
+
+# --- catalog lifecycle ---------------------------------------------------------------------------
+
+
+def _facts(title: str, rows, rejects_path: str | None = None) -> Table:
+    table = Table(title=escape(title), show_header=False)
+    for name, value in rows:
+        table.add_row(name, escape(str(value)))
+    if rejects_path:
+        table.add_row("rejects file", escape(str(rejects_path)), style="yellow")
+    return table
+
+
+def build_table(result) -> Table:
+    return _facts(f"Build {result.build_id} of catalog '{result.catalog}'", (
+        ("columns", f"address {result.address_column!r}, id "
+                    + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")),
+        ("rows read", result.rows_read),
+        ("new entries", result.rows_inserted),
+        ("updated entries", result.rows_updated),
+        ("already stored", result.rows_skipped),
+        ("rejected", result.rows_rejected),
+        ("entries in store", result.entries_total),
+        ("vectors in index", result.vectors_total),
+        ("vectors added", result.vectors_added),
+        ("entries parsed", result.entries_parsed),
+        ("index", f"{result.index_factory} → {result.index_path}"),
+        ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
+    ), result.rejects_path)
+
+
+def add_table(result) -> Table:
+    return _facts(f"Generation {result.generation_id} of catalog '{result.catalog}' (build {result.build_id})", (
+        ("rows read", result.rows_read), ("new entries", result.rows_inserted), ("updated entries", result.rows_updated),
+        ("unchanged", result.rows_skipped), ("rejected", result.rows_rejected), ("vectors added", result.vectors_added),
+        ("vectors removed", result.vectors_removed), ("vectors in index", result.vectors_total),
+        ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
+    ), result.rejects_path)
+
+
+def check_table(report, title: str) -> Table:
+    table = Table(title=escape(f"{title}: catalog '{report.catalog}', generation {report.generation_id}"), show_header=False)
+    for name, value in report.facts.items():
+        table.add_row(escape(str(name)), escape(str(value)))
+    for problem in report.problems:
+        table.add_row("[red]problem[/]", escape(str(problem)))
+    for note in report.notes:
+        table.add_row("[yellow]note[/]", escape(str(note)))
+    table.add_row("verdict", "[green]clean[/]" if report.clean else "[red]inconsistent[/]")
+    return table
+
+
+def check_json(report, stage: str) -> dict:
+    return {"stage": stage, "clean": report.clean, "catalog": report.catalog, "generation": report.generation_id,
+            "facts": report.facts, "problems": report.problems, "notes": report.notes}
+
+
+# --- resolve, parse ------------------------------------------------------------------------------
+
+_ADMIN_OF_LABEL = {"prov": "province", "city": "city", "district": "district", "town": "town"}
+
+
+def parse_table(result: dict) -> Table:
+    """One row per element; admin elements show the standard name and code, inferred levels first."""
+    admin = result["admin"]
+    table = Table(title=escape(result["text"]), title_justify="left")
+    for column in ("element", "text", "standard", "code"):
+        table.add_column(column)
+    written = {_ADMIN_OF_LABEL[e["label"]] for e in result["elements"] if e["label"] in _ADMIN_OF_LABEL}
+    for key in ("province", "city", "district", "town"):
+        if admin[key] and key not in written:
+            table.add_row(key, "", escape(f"{admin[key]} (inferred)"), admin[f"{key}_code"], style="dim")
+    for e in result["elements"]:
+        key = _ADMIN_OF_LABEL.get(e["label"])
+        table.add_row(e["label"], escape(e["text"]), escape((admin[key] or "") if key else ""),
+                      (admin[f"{key}_code"] or "") if key else "")
+    if admin["ambiguous"]:
+        table.add_row("ambiguous", "", escape(" / ".join(admin["ambiguous"])), "", style="yellow")
+    return table
+
+
+_STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]−[/]", "only_b": "[dim]+[/]"}
+
+
+def _explain_cell(explain: dict) -> str:
+    """Compact element comparison: ✓ agree, ✗ differ, − only in the query, + only in the candidate."""
+    return " ".join(f"{_STATE_MARK[e['state']]}{name}" for name, e in explain.items())
+
+
+def matches_table(query: str, matches: list[dict]) -> Table:
+    table = Table(title=Text(query), title_justify="left")  # Text: brackets in an address are not markup
+    columns = [("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")]
+    if matches and "explain" in matches[0]:
+        columns.append(("elements: ✓ agree ✗ differ − query only + candidate only", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify, overflow="fold")  # addresses are shown whole
+    colors = {"exact_match": "green", "partial_match": "yellow", "not_match": "red"}
+    for rank, m in enumerate(matches, 1):
+        label = m.get("label", "")
+        cells = [
+            str(rank),
+            Text(str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else "")),
+            Text(m["address"]),
+            f"{m['score']:.3f}" if m['score'] is not None else "–",
+            Text(label, style=colors.get(label, "")),
+            f"{m['probability']:.3f}" if "probability" in m else "",
+        ]
+        if "explain" in m:
+            cells.append(_explain_cell(m["explain"]))
+        table.add_row(*cells)
+    return table
+
+
+# --- evaluation ----------------------------------------------------------------------------------
+
+
+def report_table(title: str, report: dict) -> Table:
+    table = Table(title=escape(title))
+    for name in ("label", "precision", "recall", "F1", "support"):
+        table.add_column(name, justify="left" if name == "label" else "right")
+    for label, r in report["per_class"].items():
+        table.add_row(label, f"{r['precision']:.3f}", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["support"]))
+    table.add_row("macro", "", "", f"{report['macro_f1']:.3f}", str(report["n"]), style="bold")
+    table.caption = f"accuracy {report['accuracy']:.3f} · expected calibration error {report['ece']:.3f}"
+    return table
+
+
+def confusion_table(report: dict) -> Table:
+    table = Table(title="Confusion (rows: gold, columns: predicted)")
+    table.add_column("gold \\ predicted")
+    for label in report["labels"]:
+        table.add_column(label, justify="right")
+    for label, row in zip(report["labels"], report["confusion"]):
+        table.add_row(label, *map(str, row))
+    return table
+
+
+def retrieval_table(report: dict, retrieval: str) -> Table:
+    table = Table(title=escape(f"Retrieval ({retrieval}): {report['gold_in_catalog']} of {report['queries']} queries "
+                               "have their gold entry in the catalog"))
+    table.add_column("stage")
+    for name in ("recall@1", "recall@5", "recall@10", "mrr@10"):
+        table.add_column(name, justify="right")
+    for stage in ("retrieval", "reranked"):
+        r = report[stage]
+        table.add_row(stage, *(f"{r[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10")))
+    return table
+
+
+def print_bench(report: dict) -> None:
+    table = Table(title=f"mgeo-index bench ({report['torch_threads']} threads, backend {report['backend']}, same inputs, one run)")
+    for name in ("what", "engine", "naive (1 item, pad 64, FP32 torch)", "ratio", "time in Linear GEMMs", "ceiling ratio"):
+        table.add_column(name, justify="left" if name == "what" else "right")
+    for what, r in (("encode addresses/s", report["encode"]), ("score pairs/s (network)", report["score_pairs"])):
+        share, ceiling = r.get("linear_share"), r.get("ceiling_ratio")
+        table.add_row(what, f"{r['engine_per_s']:,.0f}", f"{r['naive_per_s']:,.0f}", f"{r['ratio']:.1f}×",
+                      f"{share:.0%}" if share else "–", f"{ceiling:.1f}×" if ceiling else "–")
+    table.caption = "ceiling: the ratio if everything but the Linear layers' GEMMs took no time"
+    console.print(table)
+    timed = [r for r in report.get("backends") or () if "skipped" not in r]
+    if timed:
+        table = Table(title="CPU backends, same inputs, interleaved rounds (best of 3)")
+        columns = ("backend", "addresses/s", "× torch", "pairs/s", "× torch", "min cosine vs torch", "dev macro-F1", "Δ F1", "setup s")
+        for name in columns:
+            table.add_column(name, justify="left" if name == "backend" else "right")
+        for r in timed:
+            table.add_row(
+                r["backend"], f"{r['encode_per_s']:,.0f}", f"{r.get('encode_vs_torch', float('nan')):.2f}×",
+                f"{r['pairs_per_s']:,.0f}", f"{r.get('pairs_vs_torch', float('nan')):.2f}×",
+                f"{r['embedding_cosine_min']:.5f}" if "embedding_cosine_min" in r else "–",
+                f"{r['macro_f1']:.4f}" if "macro_f1" in r else "–",
+                f"{r['macro_f1_delta']:+.4f}" if "macro_f1_delta" in r else "–", f"{r['setup_s']:.1f}",
+            )
+        console.print(table)
+    for r in report.get("backends") or ():
+        if "skipped" in r:
+            err.print(f"[yellow]backend {escape(r['backend'])} skipped:[/] {escape(r['skipped'])}", highlight=False,
+                      soft_wrap=True)
+    for name, r in report.get("resolve", {}).items():
+        console.print(f"resolve ({name}), warm, one query per call, top-{r['top_k']} + rerank over {r['catalog_size']:,} "
+                      f"entries: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
+    if report.get("build"):
+        table = Table(title="mgeo-index build of synthesized catalogs (fresh index, child process)")
+        for name in ("rows", "seconds", "rows/s", "peak RSS MiB"):
+            table.add_column(name, justify="right")
+        for r in report["build"]:
+            table.add_row(f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['rows_per_s']:,.0f}", f"{r['peak_rss_mib']:,.0f}")
+        console.print(table)
+
+
+# --- normalize jobs ------------------------------------------------------------------------------
+
+
+def normalize_table(result) -> Table:
+    table = Table(title=escape(f"Job {result.job_id} → {result.output}"), show_header=False)
+    rows = [("rows", f"{result.rows:,}")]
+    if result.resumed_from:
+        rows.append(("resumed at row", f"{result.resumed_from:,}"))
+    rows += [(status, f"{n:,}") for status, n in result.counts.items()]
+    rows += [("engine", result.engine), ("format", result.output_format),
+             ("seconds", f"{result.seconds:.1f}"), ("rows/s", f"{result.rows_per_second:,.0f}")]
+    for name, value in rows:
+        table.add_row(name, escape(str(value)), style="yellow" if name == "rejected" and result.counts["rejected"] else None)
+    return table
+
+
+_JOB_COLORS = {"complete": "green", "running": "cyan", "stale": "yellow", "interrupted": "yellow", "failed": "red"}
+
+
+def jobs_table(found: list[dict], where: str, statuses) -> Table:
+    table = Table(title=escape(f"Jobs in the store of {where}"), title_justify="left")
+    table.add_column("id", justify="right")
+    table.add_column("state", no_wrap=True)
+    table.add_column("rows", justify="right", no_wrap=True)
+    for name in statuses:
+        table.add_column(name, justify="right")
+    table.add_column("input → output", overflow="fold")
+    table.add_column("updated (UTC)", no_wrap=True)
+    for job in found:
+        total = job["rows_total"]
+        done = f"{job['rows_done']:,}" + (f"/~{total:,}" if total and job["state"] != "complete" else "")
+        table.add_row(
+            str(job["id"]), Text(job["state"], style=_JOB_COLORS.get(job["state"], "")), done,
+            *(f"{job[s]:,}" for s in statuses), escape(f"{Path(job['input_path']).name} → {job['output_path']}"),
+            f"{job['updated_at']:%m-%d %H:%M}",
+        )
+    return table

@@ -1,0 +1,48 @@
+"""`mgeo-index normalize`: tie every row of a file to the catalog, as a resumable job in the store.
+
+- :mod:`~mgeo_index.normalize.policy`: the per-row decision (matched / ambiguous / unmatched / rejected)
+  and the options' defaults;
+- :mod:`~mgeo_index.normalize.inputs`: reading CSV/TSV or Parquet input in chunks of records;
+- :mod:`~mgeo_index.normalize.parts`: part files and the merged output;
+- :mod:`~mgeo_index.normalize.job`: the job (checkpoints, resuming, refusals) over an engine passed in;
+- :mod:`~mgeo_index.normalize.local` and :mod:`~mgeo_index.normalize.ray`: the two engines;
+- :mod:`~mgeo_index.normalize.engines`: picking an engine by name, and :func:`normalize_file`.
+
+Not to be confused with :func:`mgeo_index.text.normalize`, the address text normalization.
+"""
+from __future__ import annotations
+
+from mgeo_index.normalize.engines import ENGINES, make_engine, normalize_file
+from mgeo_index.normalize.inputs import Chunk, Record, fingerprint_input, input_format, open_input
+from mgeo_index.normalize.job import (
+    Engine,
+    JobResult,
+    Progress,
+    Resolving,
+    effective_status,
+    index_identity,
+    list_jobs,
+    run_job,
+)
+from mgeo_index.normalize.policy import (
+    ADMIN_COLUMNS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MARGIN,
+    DEFAULT_MIN_PROBABILITY,
+    DEFAULT_TOP_K,
+    RESULT_COLUMNS,
+    STATUSES,
+    JobError,
+    Policy,
+    decide,
+    relevance,
+)
+
+__all__ = [
+    "ADMIN_COLUMNS", "DEFAULT_BATCH_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_MARGIN", "DEFAULT_MIN_PROBABILITY",
+    "DEFAULT_TOP_K", "ENGINES", "RESULT_COLUMNS", "STATUSES",
+    "Chunk", "Engine", "JobError", "JobResult", "Policy", "Progress", "Record", "Resolving",
+    "decide", "effective_status", "fingerprint_input", "index_identity", "input_format", "list_jobs", "make_engine",
+    "normalize_file", "open_input", "relevance", "run_job",
+]

@@ -1,0 +1,62 @@
+"""``AddressIndex.normalize(frame)``: a normalize job over a pandas DataFrame, in memory.
+
+The same decisions and columns as a file job (:func:`mgeo_index.normalize.policy.decide`, the
+``admin_*`` columns from the parsed input), without part files or a job record; each distinct
+normalized address is resolved once and its answer given to every row that has it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mgeo_index import settings
+from mgeo_index.normalize.parts import RESULT_PREFIX
+from mgeo_index.normalize.policy import ADMIN_COLUMNS, RESULT_COLUMNS, Policy, decide
+from mgeo_index.text import has_content, normalize
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PANDAS_HINT = "AddressIndex.normalize needs pandas: pip install 'mgeo-index[pandas]'"
+
+
+def _rejected(reason: str) -> dict:
+    return {"status": "rejected", "match_id": "", "match_address": "", "label": "", "probability": None,
+            "alternatives": "", "reason": reason}
+
+
+def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
+                    margin: float | None = None, top_k: int | None = None, batch_size: int = 256) -> "pd.DataFrame":
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(PANDAS_HINT) from None
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"normalize takes a pandas DataFrame, not {type(frame).__name__}")
+    if address_column not in frame.columns:
+        raise KeyError(f"address_column {address_column!r} is not a column of the frame (columns: {list(frame.columns)})")
+    defaults = Policy()
+    policy = Policy(min_probability=defaults.min_probability if min_probability is None else min_probability,
+                    margin=defaults.margin if margin is None else margin,
+                    top_k=defaults.top_k if top_k is None else top_k)
+    texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
+    keys = [normalize(t)[: settings.MAX_QUERY_CHARS] for t in texts]
+    distinct = list(dict.fromkeys(k for k in keys if has_content(k)))
+    from mgeo_index.text.parser import parse
+
+    outcomes: dict[str, dict] = {}
+    for start in range(0, len(distinct), batch_size):
+        batch = distinct[start : start + batch_size]
+        resolved = resolver.resolve(batch, top_k=policy.top_k, rerank=True)
+        for key, matches, parsed in zip(batch, resolved, parse(batch)):
+            admin = {column: parsed["admin"][column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS}
+            outcomes[key] = decide(matches, policy) | admin
+    rows = []
+    for text, key in zip(texts, keys):
+        if key in outcomes:
+            rows.append(outcomes[key])
+        else:
+            reason = "empty address" if not text.strip() else "address has no letters or digits left after normalization"
+            rows.append(_rejected(reason) | dict.fromkeys(ADMIN_COLUMNS, ""))
+    prefix = RESULT_PREFIX if set(RESULT_COLUMNS) & set(map(str, frame.columns)) else ""
+    result = pd.DataFrame(rows, index=frame.index, columns=list(RESULT_COLUMNS))
+    return pd.concat([frame, result.add_prefix(prefix)], axis=1)

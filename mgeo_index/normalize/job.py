@@ -1,0 +1,405 @@
+"""A normalize job: tie every row of a file to the catalog, resumably, as a job recorded in the store.
+
+A job reads the input (:mod:`~mgeo_index.normalize.inputs`) in chunks of ``chunk_size`` records, has its
+*engine* resolve each chunk's valid addresses in micro-batches of ``batch_size``, and writes each chunk's
+output rows to a part file (:mod:`~mgeo_index.normalize.parts`: written aside, fsynced and renamed into
+place). Only then is the part recorded as a checkpoint in the store, in the same transaction that
+advances the job's ``rows_done``. A killed job (Ctrl-C, ``kill -9``, a crash) therefore leaves at most one
+unrecorded part, which the next run deletes; it skips the recorded records (re-reading, not re-resolving
+them) and carries on. When every record is done the parts are concatenated into the output file (aside,
+then renamed), the job is marked complete and the parts are removed, so the output has every input row
+exactly once, in input order.
+
+The job remembers what its rows depend on: the input's fingerprint (SHA-256 of the whole file), the
+parameters, the index build and both model fingerprints. Resuming with any of them changed is refused
+with a message naming both values (``--restart`` starts over instead).
+
+The engine is an :class:`Engine`, passed in (:mod:`~mgeo_index.normalize.engines` picks one by name):
+where and how chunks are resolved is none of this module's business. A job is recorded only after its
+engine is known to be available (``Engine.require``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from mgeo_index import settings, store
+from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
+from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
+from mgeo_index.normalize.policy import (
+    ADMIN_COLUMNS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MARGIN,
+    DEFAULT_MIN_PROBABILITY,
+    DEFAULT_TOP_K,
+    RESULT_COLUMNS,
+    STATUSES,
+    JobError,
+    Policy,
+)
+
+# Parameters that change the output rows: a job resumes only when they are all the same.
+RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
+                 "output_columns", "backend")  # backends agree on labels, on probabilities to about 1e-3: not mixed
+STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
+
+# on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
+# runs are in the job passed to on_job: rows_done)
+Progress = Callable[[int, int | None], None]
+
+
+@dataclass
+class JobResult:
+    job_id: int
+    output: str
+    output_format: str
+    engine: str
+    rows: int = 0  # input records in the output
+    resumed_from: int = 0  # records already done when this run started
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
+    seconds: float = 0.0  # this run
+    rows_per_second: float = 0.0  # records resolved by this run / its seconds
+    already_complete: bool = False
+
+
+@dataclass(frozen=True)
+class Resolving:
+    """What every resolver of a job is opened with and decides by, whichever engine runs them."""
+
+    index_dir: Path
+    db: str  # the resolved database URL (not the driver's environment: resolvers may run elsewhere)
+    model: str
+    cross_model: str
+    backend: str  # one concrete inference backend for the whole job
+    policy: Policy
+    batch_size: int
+
+
+# outcomes(chunks, resolving) -> (chunk, decide() of each of its valid rows), in input order
+Outcomes = Callable[[Iterator[Chunk], Resolving], Iterator[tuple[Chunk, list[dict]]]]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How a job's chunks are resolved (built by :func:`mgeo_index.normalize.engines.make_engine`)."""
+
+    name: str  # recorded with the job
+    device: str  # where its resolvers compute: picks the default inference backend
+    outcomes: Outcomes
+    require: Callable[[], object] = lambda: None  # raises (with an install hint) when the engine cannot run here
+    backend: str | None = None  # the backend of an already opened resolver, which the job then runs with
+
+
+# --------------------------------------------------------------------------- index identity
+
+
+def index_identity(index_dir: str | Path, model=None, cross_model=None) -> dict[str, Any]:
+    """What a job's rows depend on besides the input: the index build and both models'
+    fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
+    refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
+    from mgeo_index.build import read_manifest
+    from mgeo_index.model.loading import check_index_model, index_model_path
+    from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
+
+    manifest = read_manifest(index_dir)
+    bi_path = index_model_path(manifest.get("model_path"), model)
+    cross_path = settings.cross_model_path(cross_model)
+    bi_manifest = model_manifest(bi_path, "bi-encoder")
+    model_manifest(cross_path, "cross-encoder")
+    bi_fp = fingerprint(bi_path)
+    check_index_model(bi_fp, bi_path, manifest, index_dir)
+    max_length = bi_manifest.get("max_length")
+    if not max_length:  # a plain Hugging Face checkpoint: its tokenizer says
+        from mgeo_index.model.bi_encoder import load_bi_encoder
+
+        max_length = load_bi_encoder(bi_path).max_length
+    return {
+        "build_id": manifest.get("build_id"),
+        "index_file": manifest.get("index_file"),
+        "model_fingerprint": bi_fp,
+        "cross_model_fingerprint": fingerprint(cross_path),
+        "model_path": str(bi_path),
+        "cross_model_path": str(cross_path),
+        "max_chars": int(max_length) - 2,
+    }
+
+
+def _identity_text(build_id, index_file, bi, cross) -> str:
+    return f"index build {build_id} ({index_file}) with bi-encoder {bi} and cross-encoder {cross}"
+
+
+# --------------------------------------------------------------------------- job records
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def effective_status(job: dict, now=None) -> str:
+    """The recorded status, except that a *running* job whose process is gone reads
+    ``stale`` (killed: the same command resumes it)."""
+    if job["status"] != "running":
+        return job["status"]
+    if job.get("host") == socket.gethostname():
+        return "running" if _pid_alive(job.get("pid")) else "stale"
+    now = now or store._utcnow()
+    return "running" if now - job["updated_at"] < STALE_AFTER else "stale"
+
+
+def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: Path) -> list[str]:
+    problems = []
+    if job["input_fingerprint"] != fp:
+        problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
+    old = job.get("params") or {}
+    changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
+               if old.get(k) != params.get(k) and (k in old or k != "backend")]  # jobs from before it was recorded
+    if changed:
+        problems.append("parameters differ: " + ", ".join(changed))
+    was = (job["build_id"], job["index_file"], job["model_fingerprint"], job["cross_model_fingerprint"])
+    now = (ident["build_id"], ident["index_file"], ident["model_fingerprint"], ident["cross_model_fingerprint"])
+    if was != now:
+        problems.append(
+            f"job {job['id']} was started over {_identity_text(*was)}, but {index_dir} now gives {_identity_text(*now)}; "
+            "resume with the original index and models"
+        )
+    return problems
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def run_job(
+    input_path: str | Path,
+    output_path: str | Path,
+    index_dir: str | Path,
+    *,
+    engine: Engine,
+    db: str | None = None,
+    model: str | Path | None = None,
+    cross_model: str | Path | None = None,
+    backend: str | None = None,
+    address_column: str | None = None,
+    id_column: str | None = None,
+    min_probability: float = DEFAULT_MIN_PROBABILITY,
+    margin: float = DEFAULT_MARGIN,
+    top_k: int = DEFAULT_TOP_K,
+    output_format: str | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    restart: bool = False,
+    on_progress: Progress | None = None,
+    on_job: Callable[[dict], None] | None = None,
+) -> JobResult:
+    """Run (or resume) the normalize job writing ``output_path`` on ``engine``; see the module docstring.
+
+    ``backend``: the inference backend of the job's resolvers, already checked by the caller (default:
+    the engine's resolver's, else ``settings.backend`` for the engine's device).
+    ``on_job(job)`` is called once the job record is known (new or resumed).
+    """
+    started = time.perf_counter()
+    input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
+    # one concrete backend for the whole job, named here: it is recorded, and every resolver of the job,
+    # wherever it runs, gets the name rather than falling back to its own environment
+    backend = engine.backend or settings.backend(backend, engine.device)
+    if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
+        raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
+    if chunk_size < 1 or batch_size < 1 or top_k < 1:
+        raise ValueError("--chunk-size, --batch-size and --top-k must be at least 1")
+    fmt = output_format or ("parquet" if output_path.suffix.lower() in PARQUET_SUFFIXES else "csv")
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"--format must be csv or parquet, not {fmt!r}")
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input file {input_path} does not exist")
+    if output_path == input_path:
+        raise ValueError("--out must not be the input file")
+    engine.require()  # before reading (and fingerprinting) anything, and before any job is recorded
+    progress = on_progress or (lambda *_: None)
+    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
+
+    ident = index_identity(index_dir, model, cross_model)
+    reader, chunks, rows_total = open_input(
+        input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size
+    )
+    fp, newlines = fingerprint_input(input_path)
+    if rows_total is None:
+        rows_total = max(newlines - 1, 0)  # estimate for the ETA: records can span lines
+    params = {
+        "address_column": reader.address_column, "id_column": reader.id_column, "min_probability": min_probability,
+        "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
+        "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
+        "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
+        "backend": backend,
+    }
+    writer = PartWriter(fmt, output_path, list(reader.columns))
+
+    # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
+    db_url = settings.database_url(index_dir, db)
+    resolving = Resolving(index_dir=index_dir, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
+                          backend=backend, policy=policy, batch_size=batch_size)
+    eng = store.connect(db_url)
+    try:
+        job = _start_or_resume(eng, input_path, output_path, index_dir, fp, params, ident, fmt, engine.name, rows_total,
+                               restart)
+        if on_job:
+            on_job(job)
+        result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=engine.name,
+                           resumed_from=job["rows_done"])
+        result.counts = {s: int(job[s]) for s in STATUSES}
+        if job["status"] == "complete":  # finished earlier, only the clean-up was left
+            result.rows, result.already_complete = job["rows_done"], True
+            shutil.rmtree(parts_dir(output_path, job["id"]), ignore_errors=True)
+            return result
+        spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
+        try:
+            _run(eng, job, writer, chunks, engine, resolving, result, progress, rows_total)
+        except KeyboardInterrupt:
+            store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
+                             error="interrupted (Ctrl-C); the same command resumes")
+            raise
+        except BaseException as exc:
+            store.update_job(eng, job["id"], status="failed", seconds=spent(), error=f"{type(exc).__name__}: {exc}")
+            raise
+        store.update_job(eng, job["id"], seconds=spent())
+        result.seconds = time.perf_counter() - started
+        done_now = result.rows - result.resumed_from
+        result.rows_per_second = done_now / result.seconds if result.seconds > 0 else 0.0
+        return result
+    finally:
+        eng.dispose()
+
+
+def _start_or_resume(eng, input_path: Path, output_path: Path, index_dir: Path, fp: str, params: dict, ident: dict,
+                     fmt: str, engine: str, rows_total: int, restart: bool) -> dict:
+    here = {"host": socket.gethostname(), "pid": os.getpid(), "engine": engine}
+    prev = store.latest_job(eng, str(output_path))
+    if prev is not None and prev["status"] not in ("complete", "abandoned"):
+        state = effective_status(prev)
+        if state == "running":
+            raise JobError(
+                f"job {prev['id']} writing {output_path} is running right now (pid {prev['pid']} on {prev['host']}); "
+                "wait for it, or stop it first"
+            )
+        if restart:
+            store.update_job(eng, prev["id"], status="abandoned", error="abandoned by --restart")
+            shutil.rmtree(parts_dir(output_path, prev["id"]), ignore_errors=True)
+        else:
+            problems = _resume_problems(prev, fp, params, ident, index_dir)
+            if problems:
+                raise JobError(
+                    f"cannot resume job {prev['id']} ({prev['rows_done']:,} rows done): " + "; ".join(problems)
+                    + ". Pass --restart to discard it and start over."
+                )
+            store.update_job(eng, prev["id"], status="running", error=None, runs=prev["runs"] + 1,
+                             input_path=str(input_path), **here)
+            return store.get_job(eng, prev["id"])
+    elif prev is not None and prev["status"] == "complete":
+        leftover = parts_dir(output_path, prev["id"])
+        if leftover.exists() and prev["input_fingerprint"] == fp and not restart:
+            return prev  # killed between marking complete and removing the parts
+    job_id = store.create_job(
+        eng, kind="normalize", status="running", input_path=str(input_path), input_fingerprint=fp,
+        input_format=input_format(input_path), output_path=str(output_path), output_format=fmt, params=params,
+        index_dir=str(index_dir.resolve()), build_id=ident["build_id"], index_file=ident["index_file"],
+        model_fingerprint=ident["model_fingerprint"], cross_model_fingerprint=ident["cross_model_fingerprint"],
+        rows_total=rows_total, runs=1, **here,
+    )
+    return store.get_job(eng, job_id)
+
+
+def _run(eng, job: dict, writer: PartWriter, chunks, engine: Engine, resolving: Resolving, result: JobResult,
+         progress: Progress, rows_total: int) -> None:
+    out = writer.out
+    pdir = parts_dir(out, job["id"])
+    pdir.mkdir(parents=True, exist_ok=True)
+    seq, done = job["parts_done"], job["rows_done"]
+    # Parts written after the last checkpoint (the run died before recording them) are redone.
+    recorded = {c["part_file"] for c in store.job_checkpoints(eng, job["id"])}
+    for path in pdir.iterdir():
+        if path.name not in recorded:
+            path.unlink()
+    missing = [name for name in sorted(recorded) if not (pdir / name).is_file()]
+    if missing:
+        raise JobError(f"job {job['id']}: part files {missing[:3]} are missing from {pdir}; pass --restart to start over")
+
+    def pending(skip: int = done) -> Iterator[Chunk]:
+        consumed = 0
+        for chunk in chunks():
+            n = len(chunk.records)
+            if consumed + n <= skip:
+                consumed += n
+                continue
+            if consumed < skip:
+                raise JobError(f"job {job['id']}: its checkpoint ({skip} rows) is not at a chunk boundary of this input")
+            consumed += n
+            yield chunk
+
+    for chunk, outcomes in engine.outcomes(pending(), resolving):
+        results = _merge_results(chunk, outcomes)
+        _add_admin(chunk, results)
+        counts = dict.fromkeys(STATUSES, 0)
+        for r in results:
+            counts[r["status"]] += 1
+        seq += 1
+        name = part_name(seq, writer.fmt)
+        size = writer.write_part(pdir / name, chunk, results)
+        done += len(chunk.records)
+        store.add_checkpoint(eng, job["id"], seq=seq, rows_end=done, rows=len(chunk.records), part_file=name,
+                             part_bytes=size, counts=counts)
+        for s in STATUSES:
+            result.counts[s] += counts[s]
+        progress(len(chunk.records), rows_total)
+
+    result.rows = done
+    writer.merge([pdir / part_name(i, writer.fmt) for i in range(1, seq + 1)])
+    store.update_job(eng, job["id"], status="complete", rows_total=done, finished_at=store._utcnow())
+    shutil.rmtree(pdir, ignore_errors=True)
+
+
+def _merge_results(chunk: Chunk, outcomes: list[dict]) -> list[dict]:
+    valid = iter(outcomes)
+    results = []
+    for record in chunk.records:
+        if record.reason is None:
+            results.append(next(valid))
+        else:
+            results.append({"status": "rejected", "match_id": "", "match_address": "", "label": "",
+                            "probability": None, "alternatives": "", "reason": record.reason})
+    if next(valid, None) is not None:
+        raise RuntimeError("more resolver results than valid rows")  # a bug, never expected
+    return results
+
+
+def _add_admin(chunk: Chunk, results: list[dict]) -> None:
+    """Fill the admin columns from the parsed input addresses (one batched parse per chunk)."""
+    from mgeo_index.text.parser import parse
+
+    valid_rows = [i for i, r in enumerate(chunk.records) if r.reason is None]  # valid_addresses() order
+    for res in results:
+        res.update(dict.fromkeys(ADMIN_COLUMNS, ""))
+    for i, p in zip(valid_rows, parse(chunk.valid_addresses())):
+        results[i].update({column: p["admin"][column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS})
+
+
+def list_jobs(index_dir: str | Path, db: str | None = None, limit: int | None = None) -> list[dict]:
+    """The store's jobs, newest first, each with ``state`` (``effective_status``)."""
+    eng = store.connect(settings.database_url(index_dir, db))
+    try:
+        return [{**job, "state": effective_status(job)} for job in store.list_jobs(eng, limit)]
+    finally:
+        eng.dispose()

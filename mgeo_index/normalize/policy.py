@@ -1,0 +1,93 @@
+"""What a normalize job decides for each row, and the options it decides with.
+
+Decisions (see README): the best candidate (``resolve``'s first match) is *matched* when its label is
+not ``not_match`` and its probability is at least ``min_probability``; *ambiguous* when it would be
+matched but the runner-up's relevance (P(exact) + ½·P(partial)) is within ``margin`` of the best's, or
+above it; else *unmatched*. Rows that fail validation are *rejected* with the reason.
+
+The ``DEFAULT_*`` constants are the options' defaults for the Python API and the CLI alike.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
+#: the input address's standardized admin levels (mgeo_index.text.parser), inferred levels included
+ADMIN_COLUMNS = tuple(f"admin_{level}{suffix}" for level in ("province", "city", "district") for suffix in ("", "_code"))
+RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability", "alternatives", "reason") + ADMIN_COLUMNS
+DEFAULT_MIN_PROBABILITY = 0.5
+#: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
+DEFAULT_MARGIN = 0.1
+DEFAULT_TOP_K = 10
+DEFAULT_CHUNK_SIZE = 8192
+DEFAULT_BATCH_SIZE = 1024
+ALTERNATIVES = 3
+
+
+class JobError(Exception):
+    """A job cannot start or resume as asked (changed input/index/model, already running, …)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_probability: float = DEFAULT_MIN_PROBABILITY
+    margin: float = DEFAULT_MARGIN
+    top_k: int = DEFAULT_TOP_K
+
+
+def relevance(match: dict) -> float:
+    """Expected relevance for the ambiguity margin: P(exact) + ½·P(partial) (retrieval score without a reranker)."""
+    p = match.get("probabilities")
+    if not p:
+        return float(match.get("score") or 0.0)
+    return float(p.get("exact_match", 0.0)) + 0.5 * float(p.get("partial_match", 0.0))
+
+
+def _public_id(match: dict) -> str:
+    return str(match["source_id"]) if match.get("source_id") not in (None, "") else str(match["id"])
+
+
+def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
+    """The output fields of one resolved row from its ranked matches (best first)."""
+    alternatives = [
+        {
+            "id": _public_id(m),
+            "entry_id": m["id"],
+            "address": m["address"],
+            "label": m.get("label"),
+            "probability": m.get("probability"),
+            "score": m.get("score"),
+        }
+        for m in matches[:ALTERNATIVES]
+    ]
+    out: dict[str, Any] = {
+        "status": "unmatched", "match_id": "", "match_address": "", "label": "", "probability": None,
+        "alternatives": json.dumps(alternatives, ensure_ascii=False), "reason": "",
+    }
+    if not matches:
+        return out
+    best = matches[0]
+    out["label"] = best.get("label", "")
+    out["probability"] = best.get("probability")
+    if best.get("label") == "not_match" or (best.get("probability") or 0.0) < policy.min_probability:
+        return out
+    close = len(matches) > 1 and relevance(best) - relevance(matches[1]) < policy.margin
+    out.update(status="ambiguous" if close else "matched", match_id=_public_id(best), match_address=best["address"])
+    return out
+
+
+def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict]:
+    """``decide`` for each address, resolved in micro-batches of ``batch_size`` (both engines
+    cut the same micro-batches, so their results are identical row for row)."""
+    out: list[dict] = []
+    for start in range(0, len(addresses), batch_size):
+        batch = list(addresses[start : start + batch_size])
+        out.extend(decide(m, policy) for m in resolver.resolve(batch, top_k=policy.top_k, rerank=True))
+    return out
+
+
+def micro_batches(addresses: Sequence[str], batch_size: int) -> list[list[str]]:
+    return [list(addresses[i : i + batch_size]) for i in range(0, len(addresses), batch_size)]

@@ -1,0 +1,139 @@
+"""The store's foundation: the declarative ``Base`` every table derives from, engines (:func:`connect`,
+SQLite pragmas) and the Alembic helpers that create and evolve the schema.
+
+The schema is created and evolved only by the Alembic migrations in ``migrations/`` (installed as
+``mgeo_index.migrations``); :func:`connect` applies pending ones.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.pool import StaticPool
+
+# SQLite's default limit on bound parameters is 32766 (>= 3.32); stay far below it.
+_IN_CHUNK = 900
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _as_dict(obj: Base) -> dict[str, Any]:
+    return {c.key: getattr(obj, c.key) for c in obj.__table__.columns}
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+def migrations_dir() -> Path:
+    """Directory of the Alembic scripts: the installed package, else the source checkout."""
+    try:
+        location = Path(str(importlib.resources.files("mgeo_index.migrations")))
+        if (location / "env.py").is_file():
+            return location
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An in-code Alembic config (no alembic.ini) pointing at our migrations and ``url``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    # ConfigParser interpolates '%', which URL-encoded passwords may contain.
+    cfg.set_main_option("sqlalchemy.url", str(url).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    """The database's Alembic revision, or None for an unmigrated database."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def alembic_head() -> str:
+    """The newest migration's revision id (what ``upgrade`` brings a database to)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def _is_sqlite_memory(url: str) -> bool:
+    u = make_url(url)
+    return u.get_backend_name() == "sqlite" and (u.database in (None, "", ":memory:") or "mode=memory" in str(u))
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")  # ignored (stays 'memory') for in-memory DBs
+    finally:
+        cursor.close()
+
+
+def exists(url: str) -> bool:
+    """Whether there may be a store at ``url`` already: False only for a SQLite file not created yet
+    (asking a server whether its database is empty takes a connection: True)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or _is_sqlite_memory(url) or not u.database or u.database.startswith("file:"):
+        return True
+    return Path(u.database).expanduser().exists()
+
+
+def connect(url: str) -> Engine:
+    """Engine for ``url`` with all migrations applied.
+
+    SQLite: the database file's directory is created, and every connection gets
+    ``foreign_keys=ON`` and WAL journaling.  An in-memory SQLite database lives in
+    a single shared connection (StaticPool), migrated through that connection.
+    """
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        upgrade(url)
+        return create_engine(url, pool_pre_ping=True)
+
+    memory = _is_sqlite_memory(url)
+    if not memory and u.database and not u.database.startswith("file:"):
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if memory:
+        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        # Migrate first through a private engine (see migrations/env.py), then hook pragmas.
+        upgrade(url)
+        engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_pragmas)
+    if memory:
+        cfg = alembic_config(url)
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    return engine
