@@ -392,8 +392,12 @@ def _add_admin(chunk: Chunk, results: list[dict]) -> None:
     valid_rows = [i for i, r in enumerate(chunk.records) if r.reason is None]  # valid_addresses() order
     for res in results:
         res.update(dict.fromkeys(ADMIN_COLUMNS, ""))
-    for i, p in zip(valid_rows, parse(chunk.valid_addresses())):
-        results[i].update({column: p["admin"][column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS})
+    addresses = chunk.valid_addresses()
+    distinct = list(dict.fromkeys(addresses))  # each distinct address parsed once
+    parsed = dict(zip(distinct, parse(distinct)))
+    for i, address in zip(valid_rows, addresses):
+        admin = parsed[address]["admin"]
+        results[i].update({column: admin[column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS})
 
 
 def list_jobs(index_dir: str | Path, db: str | None = None, limit: int | None = None) -> list[dict]:

@@ -20,7 +20,9 @@ def local_engine(*, device: str | None = None, resolver=None) -> Engine:
 
             opened = open_resolver(resolving.index_dir, db=resolving.db, model=resolving.model,
                                    cross_model=resolving.cross_model, device=device, backend=resolving.backend)
-        return ((c, resolve_outcomes(opened, c.valid_addresses(), resolving.policy, resolving.batch_size)) for c in chunks)
+        memo: dict[str, dict] = {}  # answers of this run, reused by later chunks' repeats
+        return ((c, resolve_outcomes(opened, c.valid_addresses(), resolving.policy, resolving.batch_size, memo))
+                for c in chunks)
 
     return Engine(name="local", device=settings.device(device), outcomes=outcomes,
                   backend=getattr(getattr(resolver, "bi", None), "backend", None))

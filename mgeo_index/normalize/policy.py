@@ -79,13 +79,30 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     return out
 
 
-def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict]:
-    """``decide`` for each address, resolved in micro-batches of ``batch_size`` (both engines
-    cut the same micro-batches, so their results are identical row for row)."""
-    out: list[dict] = []
-    for start in range(0, len(addresses), batch_size):
-        batch = list(addresses[start : start + batch_size])
-        out.extend(decide(m, policy) for m in resolver.resolve(batch, top_k=policy.top_k, rerank=True))
+# Answers a job keeps for repeated addresses (each about 1 KB): order files repeat a store's address many times.
+MEMO_LIMIT = 100_000
+
+
+def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_size: int = DEFAULT_BATCH_SIZE,
+                     memo: dict[str, dict] | None = None) -> list[dict]:
+    """``decide`` for each address. Each distinct normalized address is resolved once, in micro-batches
+    of ``batch_size``, and its answer given to every row that has it; ``memo`` (kept by the engine for a
+    whole job) carries answers to later chunks. Results do not depend on what an address is batched with
+    (the default backend is batch-independent), so the same rows get the same answers either way."""
+    from mgeo_index.settings import MAX_QUERY_CHARS
+    from mgeo_index.text import normalize
+
+    memo = {} if memo is None else memo
+    keys = [normalize(a)[:MAX_QUERY_CHARS] for a in addresses]
+    todo = list(dict.fromkeys(k for k in keys if k not in memo))
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        for key, matches in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True)):
+            memo[key] = decide(matches, policy)
+    out = [dict(memo[k]) for k in keys]
+    if len(memo) > MEMO_LIMIT:  # forget the oldest answers (dicts keep insertion order)
+        for key in list(memo)[: len(memo) - MEMO_LIMIT]:
+            del memo[key]
     return out
 
 

@@ -67,6 +67,7 @@ class ResolveBatch:
         self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                       backend=backend)
         self.policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
+        self.memo: dict[str, dict] = {}  # this actor's answers, reused for repeated addresses
 
     def __call__(self, batch: dict) -> dict:
         import numpy as np
@@ -74,7 +75,8 @@ class ResolveBatch:
         outcomes = []
         for addresses in batch["addresses"]:
             addresses = [str(a) for a in addresses]
-            found = resolve_outcomes(self.resolver, addresses, self.policy, batch_size=max(len(addresses), 1))
+            found = resolve_outcomes(self.resolver, addresses, self.policy, batch_size=max(len(addresses), 1),
+                                     memo=self.memo)
             outcomes.append(json.dumps(found, ensure_ascii=False))
         return {"seq": np.asarray(batch["seq"]), "outcomes": np.asarray(outcomes, dtype=object)}
 
