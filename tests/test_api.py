@@ -101,3 +101,33 @@ def test_add_and_remove_reopen_on_the_new_generation(sample_index_copy, tmp_path
         assert idx.resolve("北京海淀中关村大街27号", top_k=1)[0].source_id == "new-1"
         idx.remove(["new-1"])
         assert len(idx) == before and idx.check().clean
+
+
+QUERIES = ["北京朝阳建国路88号", "深圳南山中山路75号东方科技园9号楼", "上海徐汇漕溪北路1号", "杭州西湖文三路478号华星时代广场A座",
+           "广州市天河区柯木塱背坪村窑屋地西街四巷1号首层", "北京海淀东风路127号东方大厦"]
+
+
+def test_answers_do_not_depend_on_batch_mates_or_top_k(idx):
+    """The default backend is batch-independent: the same query gets the same candidates, labels and
+    probabilities (within 1e-6) alone, in any batch, and each (query, entry) pair the same probabilities
+    whatever --top-k sets the candidate pool to."""
+    alone = [idx.resolve(q, top_k=5) for q in QUERIES]
+    together = idx.resolve(QUERIES, top_k=5)
+    reordered = idx.resolve(QUERIES[::-1] + QUERIES[:2], top_k=5)[: len(QUERIES)][::-1]
+    for one, *others in zip(alone, together, reordered):
+        for other in others:
+            assert [m.id for m in one] == [m.id for m in other]
+            assert [m.label for m in one] == [m.label for m in other]
+            for a, b in zip(one, other):
+                assert max(abs(a.probabilities[k] - b.probabilities[k]) for k in a.probabilities) <= 1e-6
+                assert abs(a.score - b.score) <= 1e-6
+    deeper = idx.resolve(QUERIES, top_k=20)
+    shared = 0
+    for few, many in zip(together, deeper):
+        by_id = {m.id: m for m in many}
+        for m in few:
+            if m.id in by_id:
+                shared += 1
+                assert m.label == by_id[m.id].label
+                assert max(abs(m.probabilities[k] - by_id[m.id].probabilities[k]) for k in m.probabilities) <= 1e-6
+    assert shared >= len(QUERIES) * 3
