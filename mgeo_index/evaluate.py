@@ -33,8 +33,10 @@ def _open_text(path: Path, split: str):
     return open_text(path, detect_encoding(path))
 
 
-def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str], list[str], list[int]]:
-    """(first addresses, second addresses, gold label indices) from a CCKS- or Shenzhen-style file."""
+def read_labeled_pairs(path: str | Path, split: str = "all", source: str | None = None) -> tuple[list[str], list[str], list[int]]:
+    """(first addresses, second addresses, gold label indices) from a CCKS- or Shenzhen-style file;
+    ``source`` keeps the rows whose ``split_source`` column is that (CCKS: round1_train_fold0,
+    round2_train, round1_train_tail)."""
     path = Path(path)
     with _open_text(path, split) as fh:
         header = fh.readline()
@@ -54,6 +56,8 @@ def read_labeled_pairs(path: str | Path, split: str = "all") -> tuple[list[str],
             if label not in LABELS:
                 raise CatalogError(f"{path} line {line}: label {row['label']!r} is not one of {LABELS} or 0/1")
             if split != "all" and split_of(row.get("query_id") or row[first]) != split:
+                continue
+            if source is not None and row.get("split_source") != source:
                 continue
             a.append(row[first])
             b.append(row[second])

@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable
 from typing import Any, Union
 
 import faiss

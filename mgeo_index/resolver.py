@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import backends, inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
+from mgeo_index import inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)

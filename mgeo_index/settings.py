@@ -129,6 +129,14 @@ def backend(name: str | None = None, device: str = "cpu") -> str:
     return name or env("BACKEND") or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)
 
 
+def cascade(enabled: bool | None = None) -> bool:
+    """Whether a cross-encoder with a gate skips the network for the pairs its feature-only scorer decides
+    clearly (default on; ``MGEO_INDEX_CASCADE=0`` runs the network on every pair, e.g. to measure the gate)."""
+    if enabled is not None:
+        return enabled
+    return env("CASCADE", "1").lower() not in ("0", "false", "no", "off")
+
+
 def cache_dir() -> Path:
     """Derived files (exported ONNX graphs): ``MGEO_INDEX_CACHE`` > ``$XDG_CACHE_HOME/mgeo-index`` > ``~/.cache/mgeo-index``."""
     chosen = env("CACHE")

@@ -24,6 +24,16 @@ from mgeo_index import settings  # noqa: E402
 SAMPLE = settings.SAMPLE_CATALOG
 
 
+def pytest_collection_modifyitems(config, items):
+    """Markers that follow from what a test needs: the PostgreSQL fixtures mark ``postgres``, the GPU
+    module ``gpu``."""
+    for item in items:
+        if {"pg_url", "pg_database"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+        if item.path.name == "test_gpu.py":
+            item.add_marker(pytest.mark.gpu)
+
+
 def _tiny_bert(tokenizer, **extra):
     from transformers import BertConfig
 
@@ -110,20 +120,38 @@ def pg_database() -> Iterator[str]:
         yield url
 
 
+def copy_index(source: Path, target: Path) -> Path:
+    """A private copy of a built index directory (its SQLite store included)."""
+    return Path(shutil.copytree(source, target))
+
+
 @pytest.fixture(scope="session")
-def sample_index(tmp_path_factory) -> Path:
-    """The bundled sample catalog built once per session with the shipped models (read-only: tests that
-    write to an index use :func:`sample_index_copy`)."""
+def sample_build(tmp_path_factory):
+    """(index directory, BuildResult): the bundled sample catalog built once per session with the shipped
+    models. Read-only: a test or module that writes to an index takes a copy (:func:`copy_index`)."""
     from mgeo_index.build import build
 
     index_dir = tmp_path_factory.mktemp("sample-index") / "idx"
-    build(SAMPLE, index_dir, id_column="poi_id", device="cpu")
-    return index_dir
+    result = build(SAMPLE, index_dir, id_column="poi_id", device="cpu")
+    return index_dir, result
+
+
+@pytest.fixture(scope="session")
+def sample_index(sample_build) -> Path:
+    return sample_build[0]
 
 
 @pytest.fixture
 def sample_index_copy(sample_index, tmp_path) -> Path:
-    """A private copy of :func:`sample_index` (its SQLite store included) for tests that add or remove."""
-    target = tmp_path / "idx"
-    shutil.copytree(sample_index, target)
-    return target
+    """A private copy of :func:`sample_index` for a test that adds, removes or rebuilds."""
+    return copy_index(sample_index, tmp_path / "idx")
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory, tiny_model_dirs) -> Path:
+    """The sample catalog built once per session with the random-weight tiny bi-encoder (read-only)."""
+    from mgeo_index.build import build
+
+    path = tmp_path_factory.mktemp("tiny-index") / "idx"
+    build(SAMPLE, path, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")
+    return path

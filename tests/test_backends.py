@@ -39,6 +39,7 @@ def test_backend_matches_plain_torch(tiny_model_dirs, name):
     assert np.abs(inference.encode(bi, TEXTS[3]) - vectors[3]).max() < (tolerance if name == "int8" else 1e-4)
 
 
+@pytest.mark.slow
 def test_compile_backend_matches_plain_torch(tiny_model_dirs):
     """torch.compile (Inductor, dynamic shapes): the bi-encoder only, since compiling costs minutes here."""
     bi = load_bi_encoder(tiny_model_dirs[0])
@@ -116,6 +117,7 @@ def test_synthesized_catalog_is_distinct_deterministic_and_sized(tmp_path):
     assert rows[0][1] == "鼓楼区二板桥" and rows[5][1].startswith("鼓楼区二板桥") and rows[5][1] != "鼓楼区二板桥"
 
 
+@pytest.mark.slow
 def test_bench_build_measures_the_child_process(tmp_path):
     catalog = tmp_path / "c.tsv"
     catalog.write_text("id\taddress\n" + "".join(f"r{i}\t北京市朝阳区建国路{i}号\n" for i in range(30)), encoding="utf-8")

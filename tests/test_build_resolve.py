@@ -7,13 +7,14 @@ from mgeo_index import build as build_mod, index as faiss_index, settings, store
 from mgeo_index.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
 from mgeo_index.text.parser import parser_version
+from conftest import copy_index
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    index_dir = tmp_path_factory.mktemp("idx")
-    result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id")
-    return index_dir, result
+def built(sample_build, tmp_path_factory):
+    """This module's copy of the session's sample index (its tests rebuild into it) and its BuildResult."""
+    index_dir, result = sample_build
+    return copy_index(index_dir, tmp_path_factory.mktemp("build-resolve") / "idx"), result
 
 
 def test_build_stores_and_indexes_every_row(built):

@@ -82,3 +82,23 @@ def test_fit_gate_keeps_the_required_label_agreement():
     assert model.gate["min_probability"] == report["min_probability"]
     stricter = fit_gate(model, stack, alone, network_logits, feature_logits, gold, agreement=0.999)
     assert stricter["skipped_share"] <= report["skipped_share"]
+
+
+def test_the_cascade_can_be_switched_off_to_measure_it(monkeypatch):
+    from mgeo_index.model.loading import load_cross
+
+    if load_cross(device="cpu").gate is None:
+        pytest.skip("the shipped cross-encoder has no gate")
+    monkeypatch.setenv("MGEO_INDEX_CASCADE", "0")
+    assert load_cross(device="cpu").gate is None
+
+
+def test_eval_reads_one_source_of_a_ccks_file(tmp_path):
+    from mgeo_index.evaluate import read_labeled_pairs
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("query_id\tquery\tcandidate\tlabel\tsplit_source\n"
+                    "1\t北京朝阳建国路88号\t北京市朝阳区建国路88号\texact_match\tround2_train\n"
+                    "2\t上海徐汇1号\t上海市徐汇区1号\tpartial_match\tround1_train_fold0\n", encoding="utf-8")
+    assert read_labeled_pairs(path, "all", "round2_train")[0] == ["北京朝阳建国路88号"]
+    assert len(read_labeled_pairs(path)[0]) == 2

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from mgeo_index import settings, store
 from mgeo_index.cli import app
+from conftest import copy_index
 
 runner = CliRunner()
 
@@ -18,8 +19,9 @@ def run(*args, input=None):
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli") / "idx"
+def index_dir(sample_index, tmp_path_factory):
+    """This module's copy of the session's sample index, rebuilt through the CLI (nothing new to embed)."""
+    path = copy_index(sample_index, tmp_path_factory.mktemp("cli") / "idx")
     result = run("build", settings.SAMPLE_CATALOG, "--index-dir", path, "--id-column", "poi_id")
     assert result.exit_code == 0, result.output
     assert re.search(r"entries in store\s*│\s*300", result.output)

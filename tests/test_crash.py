@@ -16,6 +16,8 @@ from mgeo_index.crashpoints import POINTS
 from mgeo_index.resolver import open_resolver
 from mgeo_index.update import add, check, gc
 
+pytestmark = pytest.mark.slow  # every test kills a writer process and re-runs it
+
 QUERIES = ["深圳南山中山路75号东方科技园", "北京海淀东风路127号东方大厦", "南京鼓楼中山路89号星河广场"]
 # Writers run in child processes forked from a server that has imported the package once (a fresh
 # interpreter per kill would spend most of the test importing torch); each child is a separate process

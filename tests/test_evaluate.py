@@ -47,11 +47,8 @@ def test_gold_queries_group_every_exact_match_of_a_query(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("eval") / "idx"
-    result = runner.invoke(app, ["build", str(settings.SAMPLE_CATALOG), "--index-dir", str(path), "--id-column", "poi_id"])
-    assert result.exit_code == 0, result.output
-    return path
+def index_dir(sample_index):
+    return sample_index  # evaluation only reads
 
 
 def test_eval_retrieval_json_finds_verbatim_queries_first(index_dir, tmp_path):

@@ -24,6 +24,7 @@ from mgeo_index.match import match_file
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.resolver import open_resolver
 from mgeo_index.update import check
+from conftest import copy_index
 
 FUZZ = Path(__file__).parent / "fuzz"
 def RUN(examples: int) -> hsettings:
@@ -31,10 +32,9 @@ def RUN(examples: int) -> hsettings:
 
 
 @pytest.fixture(scope="module")
-def tiny_index(tmp_path_factory, tiny_model_dirs) -> Path:
-    path = tmp_path_factory.mktemp("hostile") / "idx"
-    build(settings.SAMPLE_CATALOG, path, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")
-    return path
+def tiny_index(tiny_index, tmp_path_factory) -> Path:
+    """This module's copy of the session's tiny-model index."""
+    return copy_index(tiny_index, tmp_path_factory.mktemp("hostile") / "idx")
 
 
 def _assert_rows_are_clean(path: Path, max_chars: int) -> tuple[int, int]:
@@ -54,6 +54,7 @@ def _assert_rows_are_clean(path: Path, max_chars: int) -> tuple[int, int]:
     return n_rows, n_rejects
 
 
+@pytest.mark.slow
 def test_csv_ingestion_survives_2000_hostile_files():
     seen = {"files": 0, "errors": 0, "rows": 0, "rejects": 0}
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,6 +78,7 @@ def test_csv_ingestion_survives_2000_hostile_files():
     assert seen["errors"] and seen["rows"] and seen["rejects"]  # every outcome was exercised
 
 
+@pytest.mark.slow
 def test_build_from_hostile_files_never_half_writes_the_store(tmp_path, tiny_model_dirs):
     """Through the whole build (store, embedding, generation switch): fewer examples, each a full build."""
     index_dir = tmp_path / "idx"
@@ -100,6 +102,7 @@ def test_build_from_hostile_files_never_half_writes_the_store(tmp_path, tiny_mod
     assert outcomes["built"] and outcomes["refused"]
 
 
+@pytest.mark.slow
 def test_resolve_answers_2000_hostile_queries(tiny_index, tiny_model_dirs):
     resolver = open_resolver(tiny_index, model=tiny_model_dirs[0], cross_model=tiny_model_dirs[1], device="cpu")
     catalog_ids = set(store.entry_ids(resolver.engine, 1).tolist())
@@ -124,6 +127,7 @@ def test_resolve_answers_2000_hostile_queries(tiny_index, tiny_model_dirs):
     assert any("\ud800" <= ch <= "\udfff" for q in seen for ch in q) and max(map(len, seen)) >= 10_000
 
 
+@pytest.mark.slow
 def test_match_scores_2000_hostile_pairs(tmp_path, tiny_model_dirs):
     cross = load_cross_encoder(tiny_model_dirs[1])
     seen = {"files": 0, "rows": 0, "refused": 0}
@@ -155,6 +159,7 @@ def test_match_scores_2000_hostile_pairs(tmp_path, tiny_model_dirs):
     assert seen["files"] >= 2000 and seen["rows"] >= 1000 and seen["refused"]
 
 
+@pytest.mark.slow
 def test_json_bodies_through_a_resolve_handler(tiny_index, tiny_model_dirs):
     """The hostile JSON generator against the request path the service wraps: parse, validate, resolve,
     reply.  (Point :func:`hostile.hostile_json_bodies` at the HTTP service the same way.)"""
@@ -261,6 +266,7 @@ def test_query_corpus(tiny_index, tiny_model_dirs):
         assert (len(matches) == 0) == (not has_content(normalize(query)))  # no letter or digit: no candidates
 
 
+@pytest.mark.slow
 def test_the_http_service_survives_2000_hostile_bodies(tiny_index, tiny_model_dirs):
     """The same generator pointed at `mgeo-index serve` (issue #6): /v1/resolve and /v1/match."""
     pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e '.[serve]')")

@@ -32,10 +32,8 @@ def _csv(path: Path, rows: list[str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base_index(tmp_path_factory, tiny_model_dirs) -> Path:
-    path = tmp_path_factory.mktemp("lifecycle") / "idx"
-    build(settings.SAMPLE_CATALOG, path, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")
-    return path
+def base_index(tiny_index) -> Path:
+    return tiny_index
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from mgeo_index.service import loader  # noqa: E402
 from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
 from mgeo_index.service.cache import LRUCache, RedisCache, cache_key, open_cache  # noqa: E402
 from mgeo_index.text import normalize  # noqa: E402
+from conftest import copy_index  # noqa: E402
 
 Q1 = "深圳南山中山路75号东方科技园9号楼"
 Q1_FULLWIDTH = "深圳南山中山路７５号东方科技园９号楼"  # normalizes to Q1
@@ -38,10 +39,8 @@ NEW_ADDRESS = "浙江省杭州市西湖区文三路478号华星时代广场A座"
 
 
 @pytest.fixture(scope="module")
-def built_index(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("serve") / "idx"
-    build_mod.build(settings.SAMPLE_CATALOG, path, id_column="poi_id")
-    return path
+def built_index(sample_index, tmp_path_factory) -> Path:
+    return copy_index(sample_index, tmp_path_factory.mktemp("serve") / "idx")
 
 
 @pytest.fixture
@@ -398,6 +397,7 @@ def served(built_index, tmp_path_factory):
 API_KEY = {"X-API-Key": "s3cret-key"}
 
 
+@pytest.mark.slow
 def test_real_uvicorn_process_api_key(served):
     url = served.url
     assert httpx.get(url + "/healthz").status_code == 200
@@ -407,6 +407,7 @@ def test_real_uvicorn_process_api_key(served):
     assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=API_KEY).json()["query"] == Q1
 
 
+@pytest.mark.slow
 def test_real_uvicorn_process_overload_is_429_and_the_server_keeps_serving(served):
     url = served.url
 
@@ -428,6 +429,7 @@ def test_real_uvicorn_process_overload_is_429_and_the_server_keeps_serving(serve
     assert httpx.post(url + "/v1/resolve", json={"query": Q1, "top_k": 1}, headers=API_KEY).status_code == 200
 
 
+@pytest.mark.slow
 def test_real_uvicorn_process_sighup_reload(served, tmp_path):
     url, proc = served.url, served.proc
     old_build = httpx.get(url + "/readyz").json()["build_id"]

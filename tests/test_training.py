@@ -55,6 +55,7 @@ def tiny_data(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_path):
     cfg = TrainConfig(data_dir=tiny_data, out=tmp_path / "run", hidden=32, layers=1, heads=2, intermediate=64,
                       mlm_minutes=0.02, bi_minutes=0.02, cross_minutes=0.02, mlm_batch=16, bi_batch=8, cross_batch=16,
@@ -129,6 +130,7 @@ def test_all_pairs_reads_every_labelled_file_with_its_source(tiny_data):
     assert set(data.unlabeled_addresses(tiny_data)) <= set(corpus)
 
 
+@pytest.mark.slow
 def test_teacher_trains_resumes_and_exports_a_loadable_cross_encoder(tiny_data, tmp_path):
     from mgeo_index.training.teacher import TeacherConfig, train_teacher
 

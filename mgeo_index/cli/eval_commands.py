@@ -19,6 +19,7 @@ from mgeo_index.cli.render import confusion_table, console, print_bench, report_
 def eval_pairs(
     file: Annotated[Path, typer.Argument(help="Labeled pairs: query,candidate,label (CCKS) or addr1,addr2,label (0/1).")],
     split: Split = "all",
+    source: Annotated[str | None, typer.Option(help="Keep rows whose split_source column is this (CCKS: round2_train, round1_train_fold0, round1_train_tail).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a reliability diagram (PNG) here.")] = None,
     cross_model: CrossModel = None,
@@ -33,7 +34,9 @@ def eval_pairs(
     from mgeo_index.model.loading import load_cross
 
     with friendly_errors():
-        a, b, gold = read_labeled_pairs(file, split)
+        a, b, gold = read_labeled_pairs(file, split, source)
+        if not gold:
+            raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
         report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev)
         probs = report.pop("_probs")
@@ -42,7 +45,7 @@ def eval_pairs(
     if as_json:
         print(json.dumps(report, ensure_ascii=False))
         return
-    console.print(report_table(f"{file.name} ({split}, {len(gold)} pairs)", report))
+    console.print(report_table(f"{file.name} ({split}{', ' + source if source else ''}, {len(gold)} pairs)", report))
     console.print(confusion_table(report))
     if plot is not None:
         console.print(f"reliability diagram → {escape(str(plot))}")

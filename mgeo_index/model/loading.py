@@ -52,6 +52,8 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
 
     device = settings.device(device)
     cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device)
+    if not settings.cascade():
+        cross.gate = None
     return backends.apply(cross, backend, device=device)
 
 
