@@ -139,6 +139,7 @@ def test_resolve_explain_in_json_and_table(index_dir):
     assert "✓roadno" in table.stdout
 
 
+@pytest.mark.slow
 def test_bench_reports_ratios_and_latency(index_dir):
     result = run("bench", "--limit", "40", "--naive", "8", "--index-dir", index_dir, "--queries", "5", "--json",
                  "--backend", "torch", "--backends", "torch,int8")

@@ -184,3 +184,22 @@ def test_fgm_perturbs_and_restores_the_embeddings():
     assert abs(float(torch.linalg.vector_norm(moved)) - 0.5) < 1e-4
     fgm.restore()
     assert torch.equal(model.bert.embeddings.word_embeddings.weight.detach(), before)
+
+
+@pytest.mark.slow
+def test_a_teacher_snapshot_restarts_pretraining_on_a_machine_without_checkpoints(tiny_data, tmp_path):
+    from mgeo_index.training.teacher import TeacherConfig, save_snapshot, train_teacher
+
+    cfg = TeacherConfig(data_dir=tiny_data, out=tmp_path / "first", hidden=32, layers=2, heads=2, intermediate=64,
+                        mlm_minutes=0.02, cross_minutes=0.01, mlm_batch=12, cross_batch=8, checkpoint_minutes=0.01,
+                        eval_minutes=0.01, log=lambda _: None)
+    first = train_teacher(cfg)
+    info = save_snapshot(cfg, tmp_path / "teacher")
+    assert info["step"] == first["mlm"]["steps"] and info["megabytes"] < 1
+    # another machine: no checkpoints in its out directory, the snapshot from the repository
+    logs = []
+    moved = TeacherConfig(**{**cfg.__dict__, "out": tmp_path / "second", "snapshot": tmp_path / "teacher",
+                             "mlm_minutes": first["mlm"]["minutes"] + 0.01, "log": logs.append})
+    again = train_teacher(moved)
+    assert any("starting from the snapshot" in line for line in logs)
+    assert again["mlm"]["steps"] > first["mlm"]["steps"]

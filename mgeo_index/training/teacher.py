@@ -81,6 +81,9 @@ class TeacherConfig:
     eval_minutes: float = 30.0
     precision: str = "auto"
     seed: int = 0
+    # an FP16 snapshot of the pretraining in progress, kept in the repository (teacher/): a run on a machine
+    # without the checkpoints in ``out`` starts from it instead of from scratch (fresh optimizer state)
+    snapshot: Path | None = None
     log: object = field(default=print, repr=False)
 
 
@@ -201,6 +204,10 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
         torch.set_rng_state(state["torch_rng"])
         start_step, start_elapsed = state["step"], state["elapsed"]
         cfg.log(f"[teacher mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
+    elif cfg.snapshot is not None and (cfg.snapshot / SNAPSHOT_WEIGHTS).exists():
+        start_step, start_elapsed = load_snapshot(model, cfg.snapshot)
+        cfg.log(f"[teacher mlm] no checkpoint in {cfg.out}: starting from the snapshot in {cfg.snapshot} "
+                f"(step {start_step}, {start_elapsed / 60:.1f} min done; optimizer state starts afresh)")
     single_batches = shuffled_batches(singles, cfg.mlm_batch, rng)
     tagged_batches = shuffled_batches(tagged, cfg.mlm_batch, rng)
     pair_batches = shuffled_batches(pairs, cfg.mlm_batch // 2, rng)
@@ -256,6 +263,40 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
     shutil.rmtree(cfg.out / "cross", ignore_errors=True)  # new pretraining makes the fine-tuning stale
     (cfg.out / "cross_checkpoint.pt").unlink(missing_ok=True)
     return path
+
+
+SNAPSHOT_WEIGHTS = "mlm-snapshot.safetensors"
+
+
+def save_snapshot(cfg: TeacherConfig, target: Path) -> dict:
+    """The pretraining checkpoint's weights in FP16 (about 32 MB for 8 x 384) with its step and minutes, for
+    the repository: what survives a move to a machine that lacks ``cfg.out``."""
+    from safetensors.torch import save_file
+
+    from mgeo_index.files import replace_atomic, write_json_atomic
+
+    state = torch.load(cfg.out / "mlm_checkpoint.pt", weights_only=False)
+    weights = {k: v.detach().to(torch.float16).contiguous() for k, v in state["model"].items()}
+    # tied weights (the MLM decoder shares the word embeddings) are stored once
+    weights.pop("mlm.cls.predictions.decoder.weight", None)
+    target.mkdir(parents=True, exist_ok=True)
+    replace_atomic(target / SNAPSHOT_WEIGHTS, lambda tmp: save_file(weights, tmp))
+    info = {"step": state["step"], "elapsed": state["elapsed"], "config": {k: getattr(cfg, k) for k in
+            ("hidden", "layers", "heads", "intermediate")}}
+    write_json_atomic(target / "mlm-snapshot.json", info)
+    return info | {"megabytes": (target / SNAPSHOT_WEIGHTS).stat().st_size / 2**20}
+
+
+def load_snapshot(model: torch.nn.Module, source: Path) -> tuple[int, float]:
+    from safetensors.torch import load_file
+
+    weights = {k: v.float() for k, v in load_file(source / SNAPSHOT_WEIGHTS).items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"mlm.cls.predictions.decoder.weight"}:
+        raise ValueError(f"{source}: the snapshot does not fit this teacher (missing {missing}, unexpected {unexpected})")
+    model.mlm.tie_weights()
+    info = json.loads((source / "mlm-snapshot.json").read_text())
+    return int(info["step"]), float(info["elapsed"])
 
 
 def fine_tuning_data(cfg: TeacherConfig):
@@ -449,9 +490,16 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("mlm_minutes", "cross_minutes", "mlm_lr", "cross_lr", "fgm_epsilon", "checkpoint_minutes", "eval_minutes"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TeacherConfig, name))
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    parser.add_argument("--snapshot", type=Path, default=None,
+                        help="start from the FP16 pretraining snapshot here when --out has no checkpoint (teacher/)")
+    parser.add_argument("--save-snapshot", type=Path, default=None,
+                        help="only write the pretraining checkpoint's FP16 snapshot here (teacher/) and exit")
     args = vars(parser.parse_args(argv))
-    export = args.pop("export")
+    export, save_to = args.pop("export"), args.pop("save_snapshot")
     cfg = TeacherConfig(data_dir=args.pop("data"), log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True), **args)
+    if save_to is not None:
+        print(json.dumps(save_snapshot(cfg, save_to), indent=2))
+        return
     print(json.dumps(train_teacher(cfg, export), indent=2, default=str))
 
 
