@@ -111,7 +111,9 @@ class CrossEncoder(torch.nn.Module):
             logits = self.gate["beta"] * self.feature_head(features) + torch.tensor(self.gate["bias"], dtype=torch.float32)
         probs = kernels.softmax(logits).numpy()
         decided = self.decide(probs)
-        return probs, probs[np.arange(len(probs)), decided] >= self.gate["min_probability"]
+        sure = probs[np.arange(len(probs)), decided] >= self.gate["min_probability"]
+        allowed = [self.labels.index(label) for label in self.gate.get("labels", self.labels)]
+        return probs, sure & np.isin(decided, allowed)
 
     def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
                        features: np.ndarray | None = None) -> torch.Tensor:
