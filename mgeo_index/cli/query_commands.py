@@ -58,22 +58,24 @@ def resolve(
 
     Example: mgeo-index resolve "北京朝阳建国路88号" --index-dir idx --json
     """
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.api import AddressIndex
     from mgeo_index.text import printable
 
     with friendly_errors():
         items = read_queries(queries or [], file)
-        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=not no_rerank,
-                                 backend=backend)
-        for start in range(0, len(items), batch_size):
-            batch = items[start : start + batch_size]
-            for query, matches in zip(batch, resolver.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
-                                                                     admin_filter=admin_filter, rerank_depth=rerank_depth)):
-                query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
-                if as_json:
-                    print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
-                else:
-                    console.print(matches_table(query, matches))
+        with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
+                               rerank=not no_rerank, backend=backend) as idx:
+            for start in range(0, len(items), batch_size):
+                batch = items[start : start + batch_size]
+                answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
+                                      admin_filter=admin_filter, rerank_depth=rerank_depth, batch_size=batch_size)
+                for query, matches in zip(batch, answers):
+                    query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
+                    matches = [m.to_dict() for m in matches]
+                    if as_json:
+                        print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
+                    else:
+                        console.print(matches_table(query, matches))
         sys.stdout.flush()
 
 
@@ -90,12 +92,12 @@ def parse(
 
     Example: mgeo-index parse "北京朝阳建国路八十八号三单元" --json
     """
-    from mgeo_index.text.parser import parse as parse_addresses
+    from mgeo_index.api import parse as parse_addresses
 
     with friendly_errors():
         items = read_queries(texts or [], file)
         for start in range(0, len(items), batch_size):
-            for result in parse_addresses(items[start : start + batch_size]):
+            for result in (p.to_dict() for p in parse_addresses(items[start : start + batch_size])):
                 if as_json:
                     print(json.dumps(result, ensure_ascii=False), flush=False)
                 else:

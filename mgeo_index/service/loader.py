@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import generations, settings
-from mgeo_index.match import score_sides, side
-from mgeo_index.text import printable
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission
 
@@ -70,24 +68,9 @@ def warm_up(resolver: Resolver, batch: int) -> None:
 
 def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool) -> list[dict]:
     """Labels (the cross-encoder's decision, as ``mgeo-index match`` gives them) and probabilities."""
-    a = [side(x) for x, _ in pairs]
-    b = [side(y) for _, y in pairs]
-    probs, decided, explained = score_sides(resolver.cross, a, b, device=resolver.device, explain=explain)
-    labels = resolver.cross.labels
-    out = []
-    for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
-        best = int(decided[i])
-        result = {
-            "a": printable(raw_a),  # a lone surrogate (a "\ud800" escape) cannot be encoded back
-            "b": printable(raw_b),
-            "label": labels[best],
-            "probability": round(float(p[best]), 6),
-            "probabilities": {label: round(float(v), 6) for label, v in zip(labels, p)},
-        }
-        if explain:
-            result["explain"] = explained[i]
-        out.append(result)
-    return out
+    from mgeo_index.api import match_pairs
+
+    return [result.to_dict() for result in match_pairs(resolver.cross, pairs, device=resolver.device, explain=explain)]
 
 
 def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, list]]:
