@@ -132,15 +132,15 @@ class AddressIndex:
         self.close()
 
     def __repr__(self) -> str:
-        return f"AddressIndex({str(self.index_dir)!r}, entries={len(self)}, build={self.manifest.get('build_id')})"
+        return f"AddressIndex({str(self.index_dir)!r}, entries={len(self)}, build={self.descriptor.get('build_id')})"
 
     def __len__(self) -> int:
         return int(self._resolver.index.ntotal)
 
     @property
-    def manifest(self) -> dict:
+    def descriptor(self) -> dict:
         """The loaded generation: build id, FAISS and n-gram files, model fingerprint and path."""
-        return dict(self._resolver.manifest)
+        return dict(self._resolver.descriptor)
 
     @property
     def resolver(self) -> "Resolver":

@@ -18,7 +18,6 @@ from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import has_content, normalize
 
-MANIFEST = generations.MANIFEST
 REJECTS = "rejects.tsv"
 
 # on_progress(stage, advance, total): stage is "read" (advance = rows), "parse" or "encode" (advance = entries)
@@ -46,12 +45,6 @@ class BuildResult:
     index_path: str = ""
     rejects_path: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def read_manifest(index_dir: str | Path) -> dict:
-    """``index.json`` (catalog name and a mirror of the current generation); readers that serve queries
-    use :func:`generations.current_manifest`, which follows the database pointer."""
-    return generations.read_descriptor(index_dir)
 
 
 def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: list[Reject]) -> None:

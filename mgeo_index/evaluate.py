@@ -147,7 +147,7 @@ def evaluate_retrieval(
     """
     from mgeo_index import store
 
-    catalog_id = store.catalog_id(resolver.engine, resolver.manifest["catalog"])
+    catalog_id = store.catalog_id(resolver.engine, resolver.descriptor["catalog"])
     normalized = [[normalize(g) for g in gs] for gs in golds]
     flat = [g for gs in normalized for g in gs]
     ids = dict(zip(flat, store.ids_by_normalized(resolver.engine, catalog_id, flat)))

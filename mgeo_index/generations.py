@@ -28,7 +28,7 @@ import numpy as np
 from mgeo_index import files, inference as encoder, index as faiss_index, sparse as sparse_index, store
 from mgeo_index.crashpoints import crashpoint
 
-MANIFEST = "index.json"
+DESCRIPTOR = "index.json"
 KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
 # Changes touching at most this share of the entries update the n-gram index (known n-grams keep their
 # idf); larger ones rebuild it, recomputing every weight.
@@ -41,10 +41,10 @@ Progress = Callable[[str, int, int | None], None]
 
 def read_descriptor(index_dir: str | Path) -> dict:
     """``index.json``: which catalog (and database) this directory serves, plus the mirrored generation."""
-    path = Path(index_dir) / MANIFEST
+    path = Path(index_dir) / DESCRIPTOR
     if not path.exists():
         raise FileNotFoundError(
-            f"{index_dir} holds no index (no {MANIFEST}); create one with `mgeo-index build CATALOG --index-dir {index_dir}`."
+            f"{index_dir} holds no index (no {DESCRIPTOR}); create one with `mgeo-index build CATALOG --index-dir {index_dir}`."
         )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -54,7 +54,7 @@ def read_descriptor(index_dir: str | Path) -> dict:
 
 def ensure_descriptor(index_dir: Path, catalog: str, db_url: str) -> None:
     """Write ``index.json`` naming the catalog before the first generation exists."""
-    path = index_dir / MANIFEST
+    path = index_dir / DESCRIPTOR
     if not path.exists():
         files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
 
@@ -84,7 +84,7 @@ def redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def manifest_of(generation: dict, catalog: str, db_url: str) -> dict:
+def descriptor_of(generation: dict, catalog: str, db_url: str) -> dict:
     """What readers need of a generation (and what ``index.json`` mirrors)."""
     return {
         "catalog": catalog,
@@ -101,7 +101,7 @@ def manifest_of(generation: dict, catalog: str, db_url: str) -> dict:
     }
 
 
-def current_manifest(index_dir: str | Path, engine, db_url: str) -> dict:
+def current_descriptor(index_dir: str | Path, engine, db_url: str) -> dict:
     """The generation readers must use now, from the database pointer.
 
     An index directory written before generations existed (no pointer yet) is read from ``index.json``.
@@ -110,7 +110,7 @@ def current_manifest(index_dir: str | Path, engine, db_url: str) -> dict:
     catalog_id = store.catalog_id(engine, descriptor["catalog"])
     generation = store.current_generation(engine, catalog_id) if catalog_id is not None else None
     if generation is not None:
-        return manifest_of(generation, descriptor["catalog"], db_url)
+        return descriptor_of(generation, descriptor["catalog"], db_url)
     if descriptor.get("index_file"):
         return descriptor
     raise FileNotFoundError(
@@ -255,7 +255,7 @@ def publish(
         ntotal=int(index.ntotal), ids_sha256=ids_sha256(faiss_index.index_ids(index)), checksums=checksums,
         model_fingerprint=bi.fingerprint, model_path=bi.path,
     )
-    files.write_json_atomic(index_dir / MANIFEST, manifest_of(store.current_generation(engine, catalog_id), catalog, db_url))
+    files.write_json_atomic(index_dir / DESCRIPTOR, descriptor_of(store.current_generation(engine, catalog_id), catalog, db_url))
     collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
     timings["save"] = time.perf_counter() - t0
     return Published(generation_id, index_file, sparse_file, len(live), int(index.ntotal), int(missing.size),
@@ -306,7 +306,7 @@ def collect(engine, index_dir: Path, catalog_id: int, keep: int = KEEP_GENERATIO
     for path in sorted(index_dir.iterdir()):
         name = path.name
         ours = (name.startswith(("index-", "sparse-")) and name.endswith((".faiss", ".npz"))) or (
-            name.startswith((".index-", ".sparse-", f".{MANIFEST}.")) and name.endswith(".tmp")
+            name.startswith((".index-", ".sparse-", f".{DESCRIPTOR}.")) and name.endswith(".tmp")
         )
         if ours and name not in referenced and path.is_file():
             path.unlink()
@@ -352,7 +352,7 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     report.catalog = descriptor.get("catalog")
     catalog_id = store.catalog_id(engine, report.catalog or "")
     if catalog_id is None:
-        report.problems.append(f"catalog {report.catalog!r} named by {MANIFEST} is not in the store {redact(db_url)}")
+        report.problems.append(f"catalog {report.catalog!r} named by {DESCRIPTOR} is not in the store {redact(db_url)}")
         return report
     generation = store.current_generation(engine, catalog_id)
     live = store.entry_ids(engine, catalog_id)
@@ -365,7 +365,7 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
                          "model": generation["model_fingerprint"], "factory": generation["index_factory"]})
     mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
     if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
-        report.problems.append(f"{MANIFEST} does not mirror the current generation {generation['id']} (it says {mirrored})")
+        report.problems.append(f"{DESCRIPTOR} does not mirror the current generation {generation['id']} (it says {mirrored})")
 
     files_ok = True
     for name in (generation["index_file"], generation["sparse_file"]):

@@ -49,7 +49,7 @@ class Resolver:
     cross: CrossEncoder | None
     index: object  # faiss.Index
     engine: object  # sqlalchemy.Engine
-    manifest: dict
+    descriptor: dict
     device: str
 
     sparse: object | None = None  # sparse.SparseIndex, for hybrid retrieval
@@ -245,28 +245,28 @@ def open_resolver(
     model other than the one that built the index."""
     db_url = settings.database_url(index_dir, db)
     eng = store.connect(db_url)
-    manifest = generations.current_manifest(index_dir, eng, db_url)
+    descriptor = generations.current_descriptor(index_dir, eng, db_url)
     device = settings.device(device)
-    bi, cross = load_for_index(manifest, index_dir, model=model, cross_model=cross_model, device=device,
+    bi, cross = load_for_index(descriptor, index_dir, model=model, cross_model=cross_model, device=device,
                                backend=backend, rerank=rerank)
-    return _on_generation(index_dir, eng, manifest, bi, cross, device)
+    return _on_generation(index_dir, eng, descriptor, bi, cross, device)
 
 
 def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) -> Resolver:
     """The index directory's current generation with ``resolver``'s models and store connection (after an
     ``add`` or ``remove``: nothing is loaded again but the index files)."""
     db_url = settings.database_url(index_dir, db)
-    manifest = generations.current_manifest(index_dir, resolver.engine, db_url)
-    check_index_model(resolver.bi.fingerprint, resolver.bi.path, manifest, index_dir)
-    return _on_generation(index_dir, resolver.engine, manifest, resolver.bi, resolver.cross, resolver.device)
+    descriptor = generations.current_descriptor(index_dir, resolver.engine, db_url)
+    check_index_model(resolver.bi.fingerprint, resolver.bi.path, descriptor, index_dir)
+    return _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
 
 
-def _on_generation(index_dir, eng, manifest: dict, bi: BiEncoder, cross: CrossEncoder | None, device: str) -> Resolver:
-    index = faiss_index.load(Path(index_dir) / manifest["index_file"], gpu=device.startswith("cuda"))
+def _on_generation(index_dir, eng, descriptor: dict, bi: BiEncoder, cross: CrossEncoder | None, device: str) -> Resolver:
+    index = faiss_index.load(Path(index_dir) / descriptor["index_file"], gpu=device.startswith("cuda"))
     faiss_index.set_search_params(index, nprobe=faiss_index.DEFAULT_NPROBE, ef_search=faiss_index.DEFAULT_EF_SEARCH)
-    sparse_file = manifest.get("sparse_file")
+    sparse_file = descriptor.get("sparse_file")
     sparse = sparse_index.load(Path(index_dir) / sparse_file) if sparse_file else None
-    return Resolver(bi=bi, cross=cross, index=index, engine=eng, manifest=manifest, device=device, sparse=sparse)
+    return Resolver(bi=bi, cross=cross, index=index, engine=eng, descriptor=descriptor, device=device, sparse=sparse)
 
 
 def top_matches_array(results: list[list[dict]], k: int) -> np.ndarray:

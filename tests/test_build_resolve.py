@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mgeo_index import build as build_mod, index as faiss_index, settings, store
+from mgeo_index import build as build_mod, generations, index as faiss_index, settings, store
 from mgeo_index.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
 from mgeo_index.text.parser import parser_version
@@ -20,8 +20,8 @@ def built(sample_build, tmp_path_factory):
 def test_build_stores_and_indexes_every_row(built):
     index_dir, result = built
     assert (result.rows_read, result.rows_inserted, result.rows_rejected) == (300, 300, 0)
-    manifest = build_mod.read_manifest(index_dir)
-    index = faiss_index.load(index_dir / manifest["index_file"])
+    descriptor = generations.read_descriptor(index_dir)
+    index = faiss_index.load(index_dir / descriptor["index_file"])
     engine = store.connect(settings.database_url(index_dir))
     catalog_id = store.catalog_id(engine, settings.DEFAULT_CATALOG)
     ids = store.entry_ids(engine, catalog_id)
@@ -31,7 +31,7 @@ def test_build_stores_and_indexes_every_row(built):
     assert entry["source_id"] == "P0001" and set(entry["extra"]) == {"name", "city"}
     build_row = store.latest_build(engine, catalog_id)
     assert build_row["status"] == "complete" and build_row["vectors_total"] == 300
-    assert build_row["model_fingerprint"] == manifest["model_fingerprint"]
+    assert build_row["model_fingerprint"] == descriptor["model_fingerprint"]
 
 
 def test_rebuilding_the_same_file_adds_nothing(built, tmp_path):
@@ -74,7 +74,7 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
     head.write_text("\n".join(lines[:51]) + "\n", encoding="utf-8")
     index_dir = tmp_path / "idx"
     build(head, index_dir, id_column="poi_id")
-    before = (index_dir / build_mod.MANIFEST).read_text()
+    before = (index_dir / generations.DESCRIPTOR).read_text()
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
@@ -83,7 +83,7 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
     with pytest.raises(KeyboardInterrupt):
         build(sample_catalog, index_dir, id_column="poi_id")
     monkeypatch.undo()
-    assert (index_dir / build_mod.MANIFEST).read_text() == before  # readers still see the old index
+    assert (index_dir / generations.DESCRIPTOR).read_text() == before  # readers still see the old index
     engine = store.connect(settings.database_url(index_dir))
     builds = store.list_builds(engine)
     assert [b["status"] for b in builds] == ["complete", "failed"]
@@ -95,9 +95,9 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
 
 def test_index_factory_string_is_honoured(tmp_path, sample_catalog):
     result = build(sample_catalog, tmp_path / "hnsw", factory="HNSW32")
-    manifest = build_mod.read_manifest(tmp_path / "hnsw")
-    assert manifest["index_factory"] == "HNSW32" and result.vectors_total == 300
-    assert faiss_index.describe(faiss_index.load(tmp_path / "hnsw" / manifest["index_file"]))["factory"].startswith("HNSW32")
+    descriptor = generations.read_descriptor(tmp_path / "hnsw")
+    assert descriptor["index_factory"] == "HNSW32" and result.vectors_total == 300
+    assert faiss_index.describe(faiss_index.load(tmp_path / "hnsw" / descriptor["index_file"]))["factory"].startswith("HNSW32")
     with pytest.raises(ValueError, match="NotAnIndex"):
         build(sample_catalog, tmp_path / "bad", factory="NotAnIndex")
 

@@ -54,7 +54,7 @@ def _answers(index_dir: Path, bi_dir: Path) -> tuple[int, list[list[tuple[int, s
     resolver = open_resolver(index_dir, model=bi_dir, rerank=False, device="cpu")
     try:
         results = resolver.resolve(QUERIES, top_k=5, rerank=False)
-        return resolver.manifest["generation_id"], [[(m["id"], m["address"]) for m in row] for row in results]
+        return resolver.descriptor["generation_id"], [[(m["id"], m["address"]) for m in row] for row in results]
     finally:
         resolver.engine.dispose()
 

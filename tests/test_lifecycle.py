@@ -43,8 +43,8 @@ def index_dir(base_index, tmp_path) -> Path:
 
 
 def _vectors(index_dir: Path) -> dict[int, np.ndarray]:
-    manifest = generations.read_descriptor(index_dir)
-    index = faiss_index.load(index_dir / manifest["index_file"])
+    descriptor = generations.read_descriptor(index_dir)
+    index = faiss_index.load(index_dir / descriptor["index_file"])
     return {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}
 
 
@@ -108,12 +108,12 @@ def test_readers_keep_their_generation_until_it_is_collected(index_dir, tiny_mod
     # the open reader still serves its complete generation: the removed entry is retired, not deleted
     assert old_reader.resolve(query, top_k=1, rerank=False)[0][0]["source_id"] == "P0001"
     fresh = open_resolver(index_dir, model=bi_dir, rerank=False, device="cpu")
-    assert fresh.manifest["generation_id"] > old_reader.manifest["generation_id"]
+    assert fresh.descriptor["generation_id"] > old_reader.descriptor["generation_id"]
     assert "P0001" not in {m["source_id"] for m in fresh.resolve(query, top_k=300, rerank=False)[0]}
     collected = gc(index_dir, keep=1)
-    assert collected.generations_removed == [old_reader.manifest["generation_id"]] and collected.entries_purged == 1
-    assert not (index_dir / old_reader.manifest["index_file"]).exists()
-    assert sorted(p.name for p in index_dir.glob("index-*")) == [fresh.manifest["index_file"]]
+    assert collected.generations_removed == [old_reader.descriptor["generation_id"]] and collected.entries_purged == 1
+    assert not (index_dir / old_reader.descriptor["index_file"]).exists()
+    assert sorted(p.name for p in index_dir.glob("index-*")) == [fresh.descriptor["index_file"]]
     for reader in (old_reader, fresh):
         reader.engine.dispose()
 
@@ -155,22 +155,22 @@ def _problems(index_dir: Path) -> str:
 
 
 def test_check_reports_a_corrupt_index_file_and_repair_restores_it(index_dir, tiny_model_dirs):
-    manifest = generations.read_descriptor(index_dir)
-    path = index_dir / manifest["index_file"]
+    descriptor = generations.read_descriptor(index_dir)
+    path = index_dir / descriptor["index_file"]
     data = bytearray(path.read_bytes())
     data[-100] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert f"file {manifest['index_file']} does not match its recorded SHA-256" in _problems(index_dir)
+    assert f"file {descriptor['index_file']} does not match its recorded SHA-256" in _problems(index_dir)
     after = repair(index_dir, model=tiny_model_dirs[0], device="cpu")
-    assert after.clean and after.facts["vectors in index"] == 300 and after.generation_id > manifest["generation_id"]
+    assert after.clean and after.facts["vectors in index"] == 300 and after.generation_id > descriptor["generation_id"]
 
 
 def test_check_reports_missing_files_and_a_stale_manifest(index_dir, tiny_model_dirs):
-    manifest = generations.read_descriptor(index_dir)
-    (index_dir / manifest["sparse_file"]).unlink()
-    files.write_json_atomic(index_dir / "index.json", {**manifest, "generation_id": 999})
+    descriptor = generations.read_descriptor(index_dir)
+    (index_dir / descriptor["sparse_file"]).unlink()
+    files.write_json_atomic(index_dir / "index.json", {**descriptor, "generation_id": 999})
     problems = _problems(index_dir)
-    assert f"file {manifest['sparse_file']} of generation {manifest['generation_id']} is missing" in problems
+    assert f"file {descriptor['sparse_file']} of generation {descriptor['generation_id']} is missing" in problems
     assert "index.json does not mirror the current generation" in problems
     assert repair(index_dir, model=tiny_model_dirs[0], device="cpu").clean
 

@@ -58,9 +58,9 @@ def serve(
     if log_level not in LOG_LEVELS:
         raise typer.BadParameter("--log-level must be critical, error, warning, info or debug")
     with friendly_errors():
-        from mgeo_index.build import read_manifest
+        from mgeo_index.generations import read_descriptor
 
-        read_manifest(index_dir)  # no index: say how to build one before starting anything
+        read_descriptor(index_dir)  # no index: say how to build one before starting anything
         check_port_free(host, port)
         config = ServeConfig(
             index_dir=index_dir, db=db, model=model, cross_model=cross_model, device=device, max_batch=max_batch,

@@ -22,12 +22,12 @@ def index_model_path(recorded: str | None, model: str | Path | None = None) -> P
     return settings.bi_model_path(model)
 
 
-def check_index_model(fingerprint: str, path: str | Path, manifest: dict, index_dir: str | Path) -> None:
-    """Refuse a query model other than the one whose fingerprint the index ``manifest`` records."""
-    if fingerprint != manifest["model_fingerprint"]:
-        recorded = manifest.get("model_path")
+def check_index_model(fingerprint: str, path: str | Path, descriptor: dict, index_dir: str | Path) -> None:
+    """Refuse a query model other than the one whose fingerprint the index ``descriptor`` records."""
+    if fingerprint != descriptor["model_fingerprint"]:
+        recorded = descriptor.get("model_path")
         raise ModelMismatch(
-            f"the index in {index_dir} was built with model {manifest['model_fingerprint']} ({recorded}), "
+            f"the index in {index_dir} was built with model {descriptor['model_fingerprint']} ({recorded}), "
             f"but the query model {path} is {fingerprint}. Query with --model {recorded} or rebuild the index "
             "with this model."
         )
@@ -57,12 +57,12 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
     return backends.apply(cross, backend, device=device)
 
 
-def load_for_index(manifest: dict, index_dir: str | Path, *, model=None, cross_model=None, device: str | None = None,
+def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross_model=None, device: str | None = None,
                    backend: str | None = None, rerank: bool = True):
-    """(bi-encoder, cross-encoder or None) for querying the index whose ``manifest`` is given."""
+    """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given."""
     device = settings.device(device)
-    bi = load_bi(index_model_path(manifest.get("model_path"), model), device=device, apply_backend=False)
-    check_index_model(bi.fingerprint, bi.path, manifest, index_dir)
+    bi = load_bi(index_model_path(descriptor.get("model_path"), model), device=device, apply_backend=False)
+    check_index_model(bi.fingerprint, bi.path, descriptor, index_dir)
     cross = load_cross(cross_model, device=device, backend=backend) if rerank else None
     from mgeo_index import backends
 

@@ -105,25 +105,25 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None) -> dict[
     """What a job's rows depend on besides the input: the index build and both models'
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
     refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
-    from mgeo_index.build import read_manifest
+    from mgeo_index.generations import read_descriptor
     from mgeo_index.model.loading import check_index_model, index_model_path
     from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
 
-    manifest = read_manifest(index_dir)
-    bi_path = index_model_path(manifest.get("model_path"), model)
+    descriptor = read_descriptor(index_dir)
+    bi_path = index_model_path(descriptor.get("model_path"), model)
     cross_path = settings.cross_model_path(cross_model)
     bi_manifest = model_manifest(bi_path, "bi-encoder")
     model_manifest(cross_path, "cross-encoder")
     bi_fp = fingerprint(bi_path)
-    check_index_model(bi_fp, bi_path, manifest, index_dir)
+    check_index_model(bi_fp, bi_path, descriptor, index_dir)
     max_length = bi_manifest.get("max_length")
     if not max_length:  # a plain Hugging Face checkpoint: its tokenizer says
         from mgeo_index.model.bi_encoder import load_bi_encoder
 
         max_length = load_bi_encoder(bi_path).max_length
     return {
-        "build_id": manifest.get("build_id"),
-        "index_file": manifest.get("index_file"),
+        "build_id": descriptor.get("build_id"),
+        "index_file": descriptor.get("index_file"),
         "model_fingerprint": bi_fp,
         "cross_model_fingerprint": fingerprint(cross_path),
         "model_path": str(bi_path),

@@ -32,21 +32,21 @@ def index_version(index_dir: str | Path, loaded: "Loaded", db: str | None = None
     The one place that knows how an index change shows: adapt it when the directory layout changes.
     """
     db_url = settings.database_url(index_dir, db)
-    return manifest_version(generations.current_manifest(index_dir, loaded.resolver.engine, db_url))
+    return descriptor_version(generations.current_descriptor(index_dir, loaded.resolver.engine, db_url))
 
 
-def manifest_version(manifest: dict) -> str:
-    return f"{manifest.get('build_id')}:{manifest.get('index_file')}"
+def descriptor_version(descriptor: dict) -> str:
+    return f"{descriptor.get('build_id')}:{descriptor.get('index_file')}"
 
 
 @dataclass
 class Loaded:
     resolver: Resolver
-    version: str  # of the manifest the resolver actually loaded
+    version: str  # of the descriptor the resolver actually loaded
 
     @property
     def build_id(self) -> str:
-        return str(self.resolver.manifest.get("build_id"))
+        return str(self.resolver.descriptor.get("build_id"))
 
     @property
     def entries(self) -> int:
@@ -56,7 +56,7 @@ class Loaded:
 def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None) -> Loaded:
     """Open the index directory (always with the reranker: /v1/match needs it). Warm it up before use."""
     resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True)
-    return Loaded(resolver=resolver, version=manifest_version(resolver.manifest))
+    return Loaded(resolver=resolver, version=descriptor_version(resolver.descriptor))
 
 
 def warm_up(resolver: Resolver, batch: int) -> None:
