@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mgeo_index.settings import MAX_QUERY_CHARS
+
 __all__ = [
     "CatalogError",
     "CatalogReader",
@@ -33,8 +35,8 @@ __all__ = [
     "write_rejects",
 ]
 
-#: Fallback limit on address length; callers pass the model's real limit.
-DEFAULT_MAX_CHARS = 256
+#: Fallback limit on address length (the one limit, settings.MAX_QUERY_CHARS); callers pass the model's real limit.
+DEFAULT_MAX_CHARS = MAX_QUERY_CHARS
 #: Header names taken as the address column, in order of preference (case-insensitive).
 ADDRESS_COLUMN_NAMES = (
     "address",

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgeo_index.settings import MAX_QUERY_CHARS
+
 
 @dataclass
 class ServeConfig:
@@ -17,7 +19,7 @@ class ServeConfig:
     max_queue: int = 1024  # items per lane
     timeout_ms: float = 10_000  # per-request deadline (X-Timeout-Ms may shorten it)
     max_items: int = 256  # queries or pairs per request
-    max_chars: int = 256  # per address
+    max_chars: int = MAX_QUERY_CHARS  # per address: longer ones are refused (422), as the resolver would cut them
     max_body_bytes: int = 1 << 20
     max_top_k: int = 100
     cache_size: int = 10_000
