@@ -30,6 +30,9 @@ from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
 FEATURE_HEAD = "feature_head.safetensors"
+# The cascade leaves a pair to the network when its feature-only P(exact_match) is at least this, whatever the
+# gate's confidence: without it the gate cost 2 of 306 CCKS dev queries their reranked rank 1.
+GATE_MAX_EXACT = 0.05
 
 
 class FeatureHead(nn.Module):
@@ -113,7 +116,10 @@ class CrossEncoder(torch.nn.Module):
         decided = self.decide(probs)
         sure = probs[np.arange(len(probs)), decided] >= self.gate["min_probability"]
         allowed = [self.labels.index(label) for label in self.gate.get("labels", self.labels)]
-        return probs, sure & np.isin(decided, allowed)
+        # a pair that could still be the answer (feature-only P(exact_match) above GATE_MAX_EXACT) goes to the
+        # network: candidates competing for rank 1 are ordered by its finer P(exact_match)
+        unlikely = probs[:, self.labels.index("exact_match")] < GATE_MAX_EXACT
+        return probs, sure & np.isin(decided, allowed) & unlikely
 
     def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
                        features: np.ndarray | None = None) -> torch.Tensor:

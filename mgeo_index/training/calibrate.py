@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from mgeo_index import inference
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
-from mgeo_index.model.cross_encoder import CrossEncoder, FeatureHead, average_heads, load_cross_encoder
+from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
 from mgeo_index.training import data
@@ -159,6 +159,7 @@ def fit_gate(cross: CrossEncoder, stack: dict, features_only: dict, network_logi
     alone = probs_of(features_only, np.zeros_like(network_logits))
     full_labels, alone_labels = cross.decide(full), cross.decide(alone)
     allowed = np.isin(alone_labels, [cross.labels.index(label) for label in labels])
+    allowed &= alone[:, cross.labels.index("exact_match")] < GATE_MAX_EXACT  # as CrossEncoder.gate_probabilities
     confidence = np.where(allowed, alone[np.arange(len(alone)), alone_labels], 0.0)
     threshold = 1.0
     for candidate in np.arange(0.5, 1.0, 0.0025):
