@@ -106,6 +106,22 @@ def _record(cfg: TeacherConfig, stage: str, stats: dict) -> None:
     write_json_atomic(path, record)
 
 
+def _checkpoint(model, optimizer, rng: random.Random, steps: int, elapsed: float, **extra) -> dict:
+    """What a stage's checkpoint holds: weights, optimizer, both random states, progress (+ ``extra``)."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
+            "torch_rng": torch.get_rng_state(), "step": steps, "elapsed": elapsed, **extra}
+
+
+def _restore(path: Path, model, optimizer, rng: random.Random) -> dict:
+    """Load a :func:`_checkpoint` into ``model``, ``optimizer`` and the random states; returns it."""
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    rng.setstate(state["rng"])
+    torch.set_rng_state(state["torch_rng"])
+    return state
+
+
 def bert_config(cfg: TeacherConfig, tokenizer) -> BertConfig:
     return BertConfig(
         vocab_size=len(tokenizer), hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
@@ -197,11 +213,7 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
     start_step, start_elapsed = 0, 0.0
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
+        state = _restore(ckpt, model, optimizer, rng)
         start_step, start_elapsed = state["step"], state["elapsed"]
         cfg.log(f"[teacher mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
     elif cfg.snapshot is not None and (cfg.snapshot / SNAPSHOT_WEIGHTS).exists():
@@ -243,8 +255,7 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
     started = time.perf_counter()
 
     def save_checkpoint(steps: int, elapsed: float) -> None:
-        _save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
-                      "torch_rng": torch.get_rng_state(), "step": steps, "elapsed": elapsed}, ckpt)
+        _save_atomic(_checkpoint(model, optimizer, rng, steps, elapsed), ckpt)
         _record(cfg, "mlm", {"steps": steps, "minutes": elapsed / 60, "done": False,
                              "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None,
                              "session_minutes": (time.perf_counter() - started) / 60})
@@ -361,11 +372,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
             f"{len(calib)} round-2 calibration pairs")
     start_step, start_elapsed, best = 0, 0.0, {"loss": math.inf}
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
+        state = _restore(ckpt, model, optimizer, rng)
         start_step, start_elapsed, best = state["step"], state["elapsed"], state["best"]
         cfg.log(f"[teacher cross] resuming at step {start_step} ({start_elapsed / 60:.1f} min done, best {best})")
     batches = shuffled_batches(train, cfg.cross_batch, rng)
@@ -406,8 +413,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
                 best.update(loss=loss, step=steps, minutes=elapsed / 60)
                 _save_atomic(model.state_dict(), best_path)
             model.train()
-        _save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
-                      "torch_rng": torch.get_rng_state(), "step": steps, "elapsed": elapsed, "best": best}, ckpt)
+        _save_atomic(_checkpoint(model, optimizer, rng, steps, elapsed, best=best), ckpt)
         _record(cfg, "cross", {"steps": steps, "minutes": elapsed / 60, "done": False, "best": best,
                                "session_minutes": (time.perf_counter() - started) / 60})
 
