@@ -236,6 +236,27 @@ def _network_probabilities(cross, queries: list[str], candidates: list[str], fea
     return out
 
 
+def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
+                            features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The two opinions a stacked cross-encoder combines, each calibrated on its own: the network alone
+    (softmax of its logits at the fitted temperature) and the feature head alone (the cascade's
+    feature-only fit, else ``beta · head + bias``); (n, 3) each, the second None without a feature head.
+    The review queue orders items by how much these disagree."""
+    network = _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length,
+                   postprocess=lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature),
+                   device=device, precision=None, max_tokens=None, max_batch=512, on_batch=None)
+    if getattr(cross, "feature_head", None) is None:
+        return network, None
+    from mgeo_index.features import pair_features_batch
+
+    if features is None:
+        features = pair_features_batch(list(queries), list(candidates))
+    x = torch.from_numpy(features)
+    if getattr(cross, "gate", None) is not None:
+        return network, cross.gate_probabilities(x)[0]
+    return network, kernels.softmax(cross.feature_logits(x)).numpy()
+
+
 def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:
     for start in range(0, len(items), size):
         yield items[start : start + size]

@@ -7,7 +7,8 @@
 - :mod:`~mgeo_index.store.catalogs`: ``catalogs``, ``entries``, ``entry_elements``;
 - :mod:`~mgeo_index.store.builds`: ``builds``;
 - :mod:`~mgeo_index.store.jobs`: ``jobs``, ``job_checkpoints``;
-- :mod:`~mgeo_index.store.generations`: ``generations``.
+- :mod:`~mgeo_index.store.generations`: ``generations``;
+- :mod:`~mgeo_index.store.reviews`: ``review_items``, ``labels``, ``model_versions`` (the review loop).
 
 Everything is re-exported here: callers write ``from mgeo_index import store; store.get_entries(...)``.
 All functions take an :class:`~sqlalchemy.Engine` and open a short session or connection of their own.
@@ -68,6 +69,29 @@ from mgeo_index.store.generations import (
     list_generations,
     switch_generation,
 )
+from mgeo_index.store.reviews import (
+    DECISION_LABELS,
+    DECISIONS,
+    Label,
+    ModelVersion,
+    ReviewConflict,
+    ReviewError,
+    ReviewItem,
+    activate_model_version,
+    active_model_version,
+    add_labels,
+    add_model_version,
+    add_review_items,
+    confirmations,
+    decide,
+    get_review_item,
+    list_labels,
+    list_model_versions,
+    next_review_items,
+    queue_rows,
+    review_counts,
+    undo_last,
+)
 from mgeo_index.store.jobs import (
     JOB_COUNTS,
     JOB_STATUSES,
@@ -83,9 +107,12 @@ from mgeo_index.store.jobs import (
 )
 
 __all__ = [
-    "BUILD_STATUSES", "JOB_COUNTS", "JOB_STATUSES",
+    "BUILD_STATUSES", "DECISIONS", "DECISION_LABELS", "JOB_COUNTS", "JOB_STATUSES",
     "Base", "Build", "Catalog", "Entry", "EntryElements", "Generation", "GenerationConflict", "Job", "JobCheckpoint",
-    "Session",
+    "Label", "ModelVersion", "ReviewConflict", "ReviewError", "ReviewItem", "Session",
+    "activate_model_version", "active_model_version", "add_labels", "add_model_version", "add_review_items",
+    "confirmations", "decide", "get_review_item", "list_labels", "list_model_versions", "next_review_items",
+    "queue_rows", "review_counts", "undo_last",
     "add_checkpoint", "alembic_config", "alembic_head", "catalog_columns", "catalog_id", "connect", "count_entries",
     "create_job", "current_generation", "current_revision", "delete_generations", "downgrade", "entries_to_parse",
     "entry_ids", "exists", "fail_build", "finish_build", "get_elements", "get_entries", "get_job",
