@@ -17,6 +17,7 @@ from mgeo_index import inference, features, generations, index as faiss_index, k
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
+from mgeo_index.settings import LABELS
 from mgeo_index.text import has_content, normalize
 from mgeo_index.text.parser import parse, parser_version
 
@@ -64,6 +65,7 @@ class Resolver:
         retrieval: str = "hybrid",
         admin_filter: bool = False,
         rerank_depth: int | None = None,
+        confirmed: bool = True,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
@@ -74,12 +76,13 @@ class Resolver:
         drops candidates whose stored city (or district) code differs from the query's parsed one
         when both are known (off by default: see README for what it does to recall). ``rerank_depth``:
         how many of the pool the cross-encoder's network scores, at least ``top_k`` [RERANK_DEPTH].
+        ``confirmed``: put what reviewers decided for these query texts on top (:meth:`apply_confirmations`).
         """
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
-        normalized = [normalize(q)[: settings.MAX_QUERY_CHARS] for q in queries]
+        normalized = [query_text(q) for q in queries]
         vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
@@ -132,7 +135,53 @@ class Resolver:
         for matches in results:
             for m in matches:
                 m.pop("_normalized")
+        if confirmed:
+            results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, reranked=reranking)
         return results
+
+    def apply_confirmations(self, normalized: Sequence[str], results: list[list[dict]], *, top_k: int,
+                            explain: bool = False, reranked: bool = True) -> list[list[dict]]:
+        """Reviewers' decisions on these (normalized) query texts applied to their matches: an entry confirmed
+        as the same place comes first with ``"source": "confirmed"`` (``reranked``: label ``exact_match``, probability 1),
+        fetched from the store when retrieval missed it; entries a reviewer said are not the place are
+        dropped. A retired entry's confirmation no longer counts. One store query for the whole batch;
+        ``results`` is not modified (the service caches it): changed lists are copies."""
+        decided = store.confirmations(self.engine, normalized)
+        if not decided:
+            return results
+        wanted = sorted({i for text in normalized if text in decided for i in decided[text]["confirmed"]})
+        entries = store.get_entries(self.engine, wanted) if wanted else {}
+        out = []
+        for text, matches in zip(normalized, results):
+            answer = decided.get(text)
+            if answer is None:
+                out.append(matches)
+                continue
+            by_id = {m["id"]: m for m in matches}
+            first = []
+            for i in answer["confirmed"]:
+                if i not in entries:
+                    continue
+                base = dict(by_id.get(i) or {"id": i, "source_id": entries[i]["source_id"], "address": entries[i]["address"],
+                                             "score": self._cosines(self._vector_of(text), [i])[0]})
+                if reranked:
+                    base.update(label="exact_match", probability=1.0,
+                                probabilities={label: float(label == "exact_match") for label in LABELS})
+                if explain and "explain" not in base:
+                    base["explain"] = self._explain_one(text, i, entries[i]["normalized"])
+                base["source"] = "confirmed"
+                first.append(base)
+            skip = answer["rejected"] | {m["id"] for m in first}
+            out.append((first + [m for m in matches if m["id"] not in skip])[:top_k])
+        return out
+
+    def _vector_of(self, text: str) -> np.ndarray:
+        return inference.encode(self.bi, [text], device=self.device)[0]
+
+    def _explain_one(self, query: str, entry_id: int, entry_normalized: str) -> dict:
+        stored = self._current_elements([entry_id])
+        candidate = stored.get(entry_id) or parse([entry_normalized])[0]
+        return features.explain_parsed(parse([query])[0], candidate)
 
     def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
         """Each query's parse with its candidates' parses: read from the store (written by ``build``),
@@ -228,6 +277,12 @@ class Resolver:
             matches.sort(key=lambda m: (-m["_rank"], -(m["score"] or 0.0)))
             for m in matches:
                 m.pop("_rank")
+
+
+def query_text(query: str) -> str:
+    """A query as the resolver reads it (normalized, cut to ``settings.MAX_QUERY_CHARS``): the key reviewers'
+    decisions are stored under (``labels.query_normalized``)."""
+    return normalize(query)[: settings.MAX_QUERY_CHARS]
 
 
 def open_resolver(

@@ -16,7 +16,8 @@ class Match:
     ``score`` the dense cosine of query and entry (None where the index cannot reconstruct vectors).
     A reranked match has ``label`` (``exact_match`` / ``partial_match`` / ``not_match``, the calibrated
     decision), ``probability`` (of that label) and ``probabilities`` (all three); an explained one has
-    ``explain`` ({element: {"state": agree | differ | only_a | only_b, "a": …, "b": …}}).
+    ``explain`` ({element: {"state": agree | differ | only_a | only_b, "a": …, "b": …}}). ``source`` is
+    ``"confirmed"`` for an entry a reviewer confirmed as this query's place (``mgeo-index review``), else None.
     """
 
     id: int
@@ -27,6 +28,7 @@ class Match:
     probability: float | None = None
     probabilities: dict[str, float] | None = None
     explain: dict[str, dict] | None = None
+    source: str | None = None
 
     @property
     def reranked(self) -> bool:
@@ -38,13 +40,15 @@ class Match:
             out.update(label=self.label, probability=self.probability, probabilities=dict(self.probabilities or {}))
         if self.explain is not None:
             out["explain"] = self.explain
+        if self.source is not None:
+            out["source"] = self.source
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Match":
         return cls(id=int(data["id"]), address=data["address"], source_id=data.get("source_id"), score=data.get("score"),
                    label=data.get("label"), probability=data.get("probability"),
-                   probabilities=data.get("probabilities"), explain=data.get("explain"))
+                   probabilities=data.get("probabilities"), explain=data.get("explain"), source=data.get("source"))
 
 
 @dataclass(frozen=True)

@@ -451,3 +451,25 @@ def test_serve_without_an_index_says_how_to_build(tmp_path):
     result = CliRunner().invoke(cli_app, ["serve", "--index-dir", str(tmp_path / "nothing")])
     assert result.exit_code == 1
     assert "mgeo-index build" in result.output
+
+
+def test_a_confirmed_answer_is_served_at_once_even_from_the_cache(own_index):
+    """A reviewer's label lands in the store while the service runs: the next request (a cache hit) has the
+    confirmed entry first; a cached answer is not changed by it."""
+    from mgeo_index import settings, store
+    from mgeo_index.resolver import query_text
+
+    query = "南京鼓楼胜利路48号东方大厦"
+    with TestClient(create_app(ServeConfig(index_dir=own_index, cache_size=100))) as c:
+        wait_ready(c)
+        before = c.post("/v1/resolve", json={"query": query, "top_k": 5}).json()["matches"]
+        chosen = before[2]
+        engine = store.connect(settings.database_url(own_index))
+        store.add_labels(engine, [{"query": query, "query_normalized": query_text(query), "entry_id": chosen["id"],
+                                   "entry_address": chosen["address"], "label": "exact_match"}], reviewer="ana")
+        hits = metric(c, "mgeo_cache_hits_total")
+        after = c.post("/v1/resolve", json={"query": query, "top_k": 5}).json()["matches"]
+        assert metric(c, "mgeo_cache_hits_total") == hits + 1
+        assert after[0]["id"] == chosen["id"] and after[0]["source"] == "confirmed" and after[0]["probability"] == 1.0
+        assert [m["id"] for m in after[1:]] == [m["id"] for m in before if m["id"] != chosen["id"]][:4]
+        assert "source" not in c.post("/v1/resolve", json={"query": "北京海淀东风路127号东方大厦"}).json()["matches"][0]

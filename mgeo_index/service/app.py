@@ -186,6 +186,12 @@ def create_app(config: ServeConfig) -> FastAPI:
                 fresh[cache_key(version, normalized[i], params)] = matches
             if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
                 await state.cache.set_many(fresh)
+        from mgeo_index.resolver import query_text
+
+        # reviewers' decisions (mgeo-index review) on top: one store query, not cached, so a new label counts at once
+        cached = await asyncio.to_thread(loaded.resolver.apply_confirmations, [query_text(q) for q in queries], cached,
+                                         top_k=body.top_k,
+                                         explain=body.explain, reranked=body.rerank and loaded.resolver.cross is not None)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
         objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, cached)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})

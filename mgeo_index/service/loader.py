@@ -84,7 +84,9 @@ def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, 
         items = [item for i in members for item in submissions[i].items]
         if kind == "resolve":
             top_k, rerank, explain, retrieval = params
-            results = loaded.resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval)
+            # reviewers' confirmations are applied per request after the cache (app.py), so a new label shows at once
+            results = loaded.resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
+                                              confirmed=False)
         elif kind == "match":
             (explain,) = params
             results = score_pairs(loaded.resolver, items, explain)
