@@ -6,7 +6,8 @@
 - the commands, by concern: :mod:`~mgeo_index.cli.index_commands` (build, add, remove, gc, check),
   :mod:`~mgeo_index.cli.query_commands` (resolve, parse, match), :mod:`~mgeo_index.cli.eval_commands`
   (eval pairs / retrieval, bench), :mod:`~mgeo_index.cli.serve_commands`, :mod:`~mgeo_index.cli.db_commands`,
-  :mod:`~mgeo_index.cli.train_commands`, :mod:`~mgeo_index.cli.normalize_commands` (normalize, jobs).
+  :mod:`~mgeo_index.cli.train_commands`, :mod:`~mgeo_index.cli.normalize_commands` (normalize, jobs),
+  :mod:`~mgeo_index.cli.label_commands` (labels export / import).
 
 Command modules import the library inside the commands, so ``mgeo-index --help``, ``parse``, ``jobs`` and
 ``db`` load neither FAISS, transformers nor the service stack.
@@ -16,7 +17,8 @@ from __future__ import annotations
 import typer
 
 from mgeo_index.cli import (
-    db_commands, eval_commands, index_commands, normalize_commands, query_commands, serve_commands, train_commands,
+    db_commands, eval_commands, index_commands, label_commands, normalize_commands, query_commands, serve_commands,
+    train_commands,
 )
 
 __all__ = ["app"]
@@ -54,3 +56,8 @@ eval_app = typer.Typer(help="Measure match quality: pair classification and retr
 eval_app.command("pairs")(eval_commands.eval_pairs)
 eval_app.command("retrieval")(eval_commands.eval_retrieval)
 app.add_typer(eval_app, name="eval")
+
+labels_app = typer.Typer(help="Reviewers' labels as files (a, b, label).", no_args_is_help=True)
+labels_app.command("export")(label_commands.labels_export)
+labels_app.command("import")(label_commands.labels_import)
+app.add_typer(labels_app, name="labels")
