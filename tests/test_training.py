@@ -188,18 +188,45 @@ def test_fgm_perturbs_and_restores_the_embeddings():
 
 @pytest.mark.slow
 def test_a_teacher_snapshot_restarts_pretraining_on_a_machine_without_checkpoints(tiny_data, tmp_path):
-    from mgeo_index.training.teacher import TeacherConfig, save_snapshot, train_teacher
+    from transformers import AutoTokenizer
+
+    from mgeo_index.training.teacher import TeacherConfig, save_snapshot, stage_mlm, train_teacher
 
     cfg = TeacherConfig(data_dir=tiny_data, out=tmp_path / "first", hidden=32, layers=2, heads=2, intermediate=64,
                         mlm_minutes=0.02, cross_minutes=0.01, mlm_batch=12, cross_batch=8, checkpoint_minutes=0.01,
                         eval_minutes=0.01, log=lambda _: None)
-    first = train_teacher(cfg)
+    stage_mlm(cfg, AutoTokenizer.from_pretrained(cfg.tokenizer))  # pretraining only: its snapshot
     info = save_snapshot(cfg, tmp_path / "teacher")
-    assert info["step"] == first["mlm"]["steps"] and info["megabytes"] < 1
+    steps = json.loads((cfg.out / "teacher.json").read_text())["mlm"]["steps"]
+    assert info["stage"] == "mlm" and info["step"] == steps and info["megabytes"] < 1
     # another machine: no checkpoints in its out directory, the snapshot from the repository
     logs = []
     moved = TeacherConfig(**{**cfg.__dict__, "out": tmp_path / "second", "snapshot": tmp_path / "teacher",
-                             "mlm_minutes": first["mlm"]["minutes"] + 0.01, "log": logs.append})
+                             "mlm_minutes": 0.03, "log": logs.append})
     again = train_teacher(moved)
-    assert any("starting from the snapshot" in line for line in logs)
-    assert again["mlm"]["steps"] > first["mlm"]["steps"]
+    assert any("[teacher mlm] no checkpoint" in line and "starting from the snapshot" in line for line in logs)
+    assert again["mlm"]["steps"] > steps
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_snapshot_replaces_the_pretraining_one_and_resumes_fine_tuning(tiny_data, tmp_path):
+    from mgeo_index.training.teacher import CROSS_SNAPSHOT, SNAPSHOT_WEIGHTS, TeacherConfig, save_snapshot, train_teacher
+
+    cfg = TeacherConfig(data_dir=tiny_data, out=tmp_path / "first", hidden=32, layers=2, heads=2, intermediate=64,
+                        mlm_minutes=0.02, cross_minutes=0.02, mlm_batch=12, cross_batch=8, checkpoint_minutes=0.005,
+                        eval_minutes=0.005, log=lambda _: None)
+    first = train_teacher(cfg)
+    target = tmp_path / "teacher"
+    target.mkdir()
+    (target / SNAPSHOT_WEIGHTS).write_bytes(b"old")  # a pretraining snapshot committed earlier
+    info = save_snapshot(cfg, target)
+    assert info["stage"] == "cross" and info["step"] == first["cross"]["kept_step"]
+    assert (target / CROSS_SNAPSHOT).exists() and not (target / SNAPSHOT_WEIGHTS).exists()
+    # another machine: pretraining is not redone, fine-tuning goes on from the snapshot's best weights
+    logs = []
+    moved = TeacherConfig(**{**cfg.__dict__, "out": tmp_path / "second", "snapshot": target, "cross_minutes": 0.04,
+                             "log": logs.append})
+    again = train_teacher(moved)
+    assert not any("[teacher mlm]" in line for line in logs)
+    assert any("[teacher cross] no checkpoint" in line and "starting from the snapshot" in line for line in logs)
+    assert "mlm" not in again and again["cross"]["steps"] > info["step"] and again["cross"]["done"]

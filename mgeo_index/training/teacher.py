@@ -277,25 +277,43 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
 
 
 SNAPSHOT_WEIGHTS = "mlm-snapshot.safetensors"
+CROSS_SNAPSHOT = "cross-snapshot.safetensors"
 
 
 def save_snapshot(cfg: TeacherConfig, target: Path) -> dict:
-    """The pretraining checkpoint's weights in FP16 (about 32 MB for 8 x 384) with its step and minutes, for
-    the repository: what survives a move to a machine that lacks ``cfg.out``."""
+    """The latest stage's weights in FP16 (about 32 MB for 8 x 384) with its step and minutes, for the
+    repository: what survives a move to a machine that lacks ``cfg.out``.
+
+    During pretraining: the pretraining checkpoint (``mlm-snapshot.*``). Once fine-tuning has started: its
+    best weights so far on the round-2 calibration pairs (``cross-snapshot.*``; a run resumed from it goes
+    on from that point); the pretraining snapshot is then removed (the two would pass the 60 MB kept for
+    the teacher, and fine-tuning no longer needs it)."""
     from safetensors.torch import save_file
 
-    from mgeo_index.files import replace_atomic, write_json_atomic
-
+    cross_ckpt, best_path = cfg.out / "cross_checkpoint.pt", cfg.out / "cross_best.pt"
+    target.mkdir(parents=True, exist_ok=True)
+    config = {k: getattr(cfg, k) for k in ("hidden", "layers", "heads", "intermediate")}
+    if cross_ckpt.exists():
+        state = torch.load(cross_ckpt, weights_only=False)
+        best = state.get("best", {})
+        if best_path.exists() and "step" in best:  # the best weights, at the step they were evaluated
+            weights, info = torch.load(best_path), {"step": best["step"], "elapsed": best["minutes"] * 60, "best": best}
+        else:  # not evaluated yet: the latest weights
+            weights, info = state["model"], {"step": state["step"], "elapsed": state["elapsed"], "best": {}}
+        weights = {k: v.detach().to(torch.float16).contiguous() for k, v in weights.items()}
+        replace_atomic(target / CROSS_SNAPSHOT, lambda tmp: save_file(weights, tmp))
+        write_json_atomic(target / "cross-snapshot.json", info | {"stage": "cross", "config": config})
+        for name in (SNAPSHOT_WEIGHTS, "mlm-snapshot.json"):
+            (target / name).unlink(missing_ok=True)
+        return info | {"stage": "cross", "megabytes": (target / CROSS_SNAPSHOT).stat().st_size / 2**20}
     state = torch.load(cfg.out / "mlm_checkpoint.pt", weights_only=False)
     weights = {k: v.detach().to(torch.float16).contiguous() for k, v in state["model"].items()}
     # tied weights (the MLM decoder shares the word embeddings) are stored once
     weights.pop("mlm.cls.predictions.decoder.weight", None)
-    target.mkdir(parents=True, exist_ok=True)
     replace_atomic(target / SNAPSHOT_WEIGHTS, lambda tmp: save_file(weights, tmp))
-    info = {"step": state["step"], "elapsed": state["elapsed"], "config": {k: getattr(cfg, k) for k in
-            ("hidden", "layers", "heads", "intermediate")}}
+    info = {"step": state["step"], "elapsed": state["elapsed"], "config": config}
     write_json_atomic(target / "mlm-snapshot.json", info)
-    return info | {"megabytes": (target / SNAPSHOT_WEIGHTS).stat().st_size / 2**20}
+    return info | {"stage": "mlm", "megabytes": (target / SNAPSHOT_WEIGHTS).stat().st_size / 2**20}
 
 
 def load_snapshot(model: torch.nn.Module, source: Path) -> tuple[int, float]:
@@ -308,6 +326,15 @@ def load_snapshot(model: torch.nn.Module, source: Path) -> tuple[int, float]:
     model.mlm.tie_weights()
     info = json.loads((source / "mlm-snapshot.json").read_text())
     return int(info["step"]), float(info["elapsed"])
+
+
+def _cross_snapshot(cfg: TeacherConfig) -> Path | None:
+    """The snapshot directory when it holds a fine-tuning snapshot and ``cfg.out`` has no checkpoint of its own."""
+    if cfg.snapshot is None or not (cfg.snapshot / CROSS_SNAPSHOT).exists():
+        return None
+    if (cfg.out / "cross_checkpoint.pt").exists() or (cfg.out / "cross" / "stage.json").exists():
+        return None
+    return cfg.snapshot
 
 
 def fine_tuning_data(cfg: TeacherConfig):
@@ -353,7 +380,7 @@ class FGM:
         self.backup = None
 
 
-def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
+def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     path, ckpt, best_path = cfg.out / "cross", cfg.out / "cross_checkpoint.pt", cfg.out / "cross_best.pt"
     if (path / "stage.json").exists():
         stats = json.loads((path / "stage.json").read_text())
@@ -361,10 +388,17 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
             return path
     rng = random.Random(cfg.seed + 2)
     torch.manual_seed(cfg.seed + 2)
-    model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
-    head = mlm_path / "label_head.pt"
-    if head.exists():  # the pair-label head of pretraining starts the classifier
-        model.classifier.load_state_dict(torch.load(head))
+    snapshot = _cross_snapshot(cfg)
+    if snapshot is not None:  # a new machine: on from the fine-tuning snapshot's weights
+        from safetensors.torch import load_file
+
+        model = BertForSequenceClassification(bert_config(cfg, tokenizer)).train()
+        model.load_state_dict({k: v.float() for k, v in load_file(snapshot / CROSS_SNAPSHOT).items()})
+    else:
+        model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
+        head = mlm_path / "label_head.pt"
+        if head.exists():  # the pair-label head of pretraining starts the classifier
+            model.classifier.load_state_dict(torch.load(head))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.cross_lr, weight_decay=0.01)
     train, calib = fine_tuning_data(cfg)
     weights = class_weights([label for _, _, label, _ in train])
@@ -375,6 +409,13 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path) -> Path:
         state = _restore(ckpt, model, optimizer, rng)
         start_step, start_elapsed, best = state["step"], state["elapsed"], state["best"]
         cfg.log(f"[teacher cross] resuming at step {start_step} ({start_elapsed / 60:.1f} min done, best {best})")
+    elif snapshot is not None:
+        info = json.loads((snapshot / "cross-snapshot.json").read_text())
+        start_step, start_elapsed, best = int(info["step"]), float(info["elapsed"]), info["best"] or {"loss": math.inf}
+        if "step" in best:
+            _save_atomic(model.state_dict(), best_path)
+        cfg.log(f"[teacher cross] no checkpoint in {cfg.out}: starting from the snapshot in {snapshot} (step {start_step}, "
+                f"{start_elapsed / 60:.1f} min done, best {best}; optimizer state starts afresh)")
     batches = shuffled_batches(train, cfg.cross_batch, rng)
     fgm = FGM(model, cfg.fgm_epsilon)
 
@@ -479,7 +520,9 @@ def train_teacher(cfg: TeacherConfig, export_to: Path | None = None) -> dict:
     quiet_transformers()
     cfg.out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-    mlm_path = stage_mlm(cfg, tokenizer)
+    # a fine-tuning snapshot means the pretraining was finished (on another machine): no need to redo it here
+    mlm_path = None if _cross_snapshot(cfg) is not None and not (cfg.out / "mlm_checkpoint.pt").exists() \
+        else stage_mlm(cfg, tokenizer)
     cross_path = stage_cross(cfg, tokenizer, mlm_path)
     if export_to is not None:
         stage_export(cfg, cross_path, export_to)
@@ -499,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--snapshot", type=Path, default=None,
                         help="start from the FP16 pretraining snapshot here when --out has no checkpoint (teacher/)")
     parser.add_argument("--save-snapshot", type=Path, default=None,
-                        help="only write the pretraining checkpoint's FP16 snapshot here (teacher/) and exit")
+                        help="only write the latest stage's FP16 snapshot here (teacher/) and exit")
     args = vars(parser.parse_args(argv))
     export, save_to = args.pop("export"), args.pop("save_snapshot")
     cfg = TeacherConfig(data_dir=args.pop("data"), log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True), **args)
