@@ -42,6 +42,9 @@ CORE_WEIGHT = 0.5
 # head and retrieval alone (see Resolver._rerank); on 20 candidates the network was ~90% of a query's
 # time, on these 10 it is still the largest part (≈ 45% of a single query, README: bench).
 RERANK_DEPTH = 10
+# The smallest reranked pool: a candidate's listwise features (its similarity minus the pool's best…) are
+# computed among these, so they do not move with --top-k up to 10.
+LISTWISE_POOL = 20
 
 
 @dataclass
@@ -85,7 +88,9 @@ class Resolver:
         normalized = [query_text(q) for q in queries]
         vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
-        depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
+        # the reranker sees a deeper pool, at least LISTWISE_POOL: its candidates are each other's listwise context
+        # (features.listwise_features), the same for every top_k up to LISTWISE_POOL / POOL_FACTOR
+        depth = max(top_k * POOL_FACTOR, LISTWISE_POOL) if reranking else top_k
         rankings, weights = [], []
         if retrieval != "sparse":
             rankings.append(faiss_index.search(self.index, vectors, depth)[1])
@@ -302,7 +307,7 @@ def open_resolver(
     eng = store.connect(db_url)
     descriptor = generations.current_descriptor(index_dir, eng, db_url)
     device = settings.device(device)
-    bi, cross = load_for_index(descriptor, index_dir, model=model, cross_model=cross_model, device=device,
+    bi, cross = load_for_index(descriptor, index_dir, model=model, cross_model=cross_model, device=device, engine=eng,
                                backend=backend, rerank=rerank)
     return _on_generation(index_dir, eng, descriptor, bi, cross, device)
 
