@@ -1,0 +1,90 @@
+"""review: build or refresh a review queue (a normalize job's uncertain rows, or a queries file) and serve
+the browser page that takes people's decisions (:mod:`mgeo_index.review`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from mgeo_index.cli.errors import fail, friendly_errors
+from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Backend, CrossModel, Db, Device, IndexDir, Model, QueriesFile
+from mgeo_index.cli.render import err, progress
+from mgeo_index.cli.serve_commands import LOG_LEVELS, LOOPBACK, check_port_free
+
+
+def review(
+    index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    job: Annotated[int | None, typer.Option("--job", help="Review this normalize job's ambiguous, unmatched and low-probability rows (mgeo-index jobs lists them).")] = None,
+    file: QueriesFile = None,
+    below: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --job: also review matched rows whose probability is below this.")] = 0.9,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=9, help="Candidates shown per item (keys 1–9).")] = 5,
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback exposes the page (use --api-key).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8100,
+    api_key: Annotated[list[str] | None, typer.Option(
+        "--api-key", envvar="MGEO_INDEX_REVIEW_API_KEYS", show_envvar=True,
+        help="NAME:KEY (repeatable; NAME is recorded as the reviewer) or a bare KEY (named 'reviewer'); "
+             "the page then asks for a key. Without one, decisions are recorded under the OS user.")] = None,
+    serve: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the page after building the queue (--no-serve: build it and exit).")] = True,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
+    db: Db = None,
+    model: Model = None,
+    cross_model: CrossModel = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """Review uncertain matches in a browser: 1–9 same place, p N partial, n none, s skip, u undo.
+
+    Builds (or refreshes) the queue first: each query's candidates are computed once, ordered by how much
+    a label would teach (smallest margin between the best two first). Decisions are stored as labels.
+
+    Example: mgeo-index review --index-dir idx --job 3 --port 8100
+    """
+    import getpass
+
+    if (job is None) == (file is None):
+        raise typer.BadParameter("give one of --job ID or --file QUERIES")
+    if log_level not in LOG_LEVELS:
+        raise typer.BadParameter("--log-level must be critical, error, warning, info or debug")
+    try:
+        import uvicorn
+
+        from mgeo_index.review.app import LOOPBACK_HOSTS, ReviewState, create_app, parse_api_keys
+    except ImportError as exc:
+        fail(f"{exc}; install the review page with pip install 'mgeo-index[serve]'")
+    with friendly_errors():
+        keys = parse_api_keys(api_key)
+        if serve:
+            check_port_free(host, port)
+        from mgeo_index import AddressIndex
+        from mgeo_index.review.queue import open_queue, queue_name
+
+        queue_name(job=job, file=file)  # a missing file is said before the models load
+
+        index = AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
+        with progress() as bar:
+            tasks: dict[str, int] = {}
+
+            def on_progress(step: str, advance: int, total: int) -> None:
+                if step not in tasks:
+                    tasks[step] = bar.add_task("Scoring queries" if step == "score" else "Re-scoring (model changed)",
+                                               total=total)
+                bar.update(tasks[step], advance=advance)
+
+            info = open_queue(index, job=job, file=file, below=below, top_k=top_k, on_progress=on_progress)
+    counts = info.counts
+    err.print(f"Queue {escape(info.name)}: {counts['total']} items ({info.added} new, {info.rescored} re-scored), "
+              f"{counts['pending']} pending, {counts['decided']} decided, {counts['skipped']} skipped; "
+              f"model {info.model_version}", highlight=False)
+    if not serve:
+        return
+    state = ReviewState(engine=index.resolver.engine, queue=info.name, model_version=info.model_version, keys=keys,
+                        local_user=getpass.getuser(), title=str(Path(index_dir)))
+    loopback = host in LOOPBACK
+    application = create_app(state, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    if not loopback and not keys:
+        err.print(f"[yellow]Warning:[/] serving on {escape(host)} without --api-key: anyone who can reach it can label.")
+    shown = f"[{host}]" if ":" in host else host
+    err.print(f"Review at http://{escape(shown)}:{port}/  (Ctrl-C to stop)", highlight=False)
+    uvicorn.run(application, host=host, port=port, log_level=log_level)

@@ -1,0 +1,221 @@
+"""Build and refresh a review queue: which queries a person should look at, with their candidates
+computed once, up front, so that taking a decision never runs a model.
+
+A queue is named after what it reviews: ``job:<id>`` (the ``ambiguous`` / ``unmatched`` rows of a
+normalize job, and those whose probability is below a threshold) or ``file:<sha256 of the file, 12
+hex>`` (every non-empty line of a queries file). Its items live in the store
+(:mod:`mgeo_index.store.reviews`), so several reviewers share one queue and a restart loses nothing.
+Each item records the cross-encoder that scored it (its fingerprint); pending items scored by another
+model than the loaded one (after ``adapt``) are scored again when the queue is opened.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import select, update
+
+from mgeo_index import settings, store
+from mgeo_index.normalize.policy import RESULT_COLUMNS
+from mgeo_index.resolver import query_text
+from mgeo_index.review.uncertainty import disagreement, margin
+from mgeo_index.text import normalize, printable
+
+if TYPE_CHECKING:
+    from mgeo_index.api import AddressIndex
+
+DEFAULT_BELOW = 0.9  # job rows whose best probability is below this are reviewed even when "matched"
+DEFAULT_TOP_K = 5  # candidates shown per item
+REVIEW_STATUSES = ("ambiguous", "unmatched")  # job rows always reviewed ("rejected" rows have nothing to match)
+BATCH = 64  # queries resolved per call while building a queue
+
+Progress = Callable[[int, int], None]  # (items done in this step, items to do)
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """What :func:`open_queue` did: the queue's name, items added and re-scored, and the counts after."""
+
+    name: str
+    added: int
+    rescored: int
+    counts: dict[str, int]
+    model_version: str
+
+
+def queue_name(*, job: int | None = None, file: str | Path | None = None) -> str:
+    """``job:<id>`` for a normalize job, ``file:<12 hex of the file's sha256>`` for a queries file (the same
+    contents give the same queue wherever the file lies; an edited file starts a new one)."""
+    if (job is None) == (file is None):
+        raise ValueError("review one normalize job (--job) or one queries file (--file)")
+    if job is not None:
+        return f"job:{int(job)}"
+    if not Path(file).is_file():
+        raise FileNotFoundError(f"queries file {file} does not exist")
+    digest = hashlib.sha256()
+    with open(file, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return f"file:{digest.hexdigest()[:12]}"
+
+
+def model_version(index: "AddressIndex") -> str:
+    """The loaded cross-encoder's fingerprint: the model version each item and label records."""
+    cross = index.cross_encoder
+    if cross is None:
+        raise ValueError("the review queue needs the cross-encoder: open the index with rerank=True")
+    return cross.fingerprint
+
+
+# --------------------------------------------------------------------------- what to review
+
+
+def file_queries(path: str | Path) -> list[tuple[int, str]]:
+    """(line number from 1, text) of every non-empty line of a UTF-8 queries file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"queries file {path} does not exist")
+    text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    return [(n, printable(line.strip())) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def job_queries(engine, job_id: int, below: float = DEFAULT_BELOW) -> list[tuple[int, str]]:
+    """(data row from 1, address) of the rows of normalize job ``job_id``'s output worth a look: status
+    ``ambiguous`` or ``unmatched``, or a best probability below ``below``."""
+    job = store.get_job(engine, job_id)
+    if job is None:
+        raise ValueError(f"no normalize job {job_id} in this store (mgeo-index jobs lists them)")
+    if job["status"] != "complete":
+        raise ValueError(f"job {job_id} is {job['status']}: finish it first (run the same normalize command again)")
+    out_path = Path(job["output_path"])
+    if not out_path.is_file():
+        raise FileNotFoundError(f"job {job_id}'s output {out_path} is gone")
+    address_column = (job.get("params") or {}).get("address_column")
+    out = []
+    for row, (address, status, probability) in enumerate(_job_rows(out_path, job["output_format"], address_column), 1):
+        below_threshold = probability not in (None, "") and float(probability) < below
+        if status in REVIEW_STATUSES or (status == "matched" and below_threshold):
+            out.append((row, printable(address or "")))
+    return out
+
+
+def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
+    """(address, status, probability) of each row of a job output (CSV/TSV as the job wrote it, or
+    Parquet). The result columns are the last len(RESULT_COLUMNS), whatever their prefix."""
+    if fmt == "parquet":
+        from mgeo_index.normalize.inputs import require_pyarrow
+
+        require_pyarrow()
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        yield from _pick(table.column_names, zip(*(c.to_pylist() for c in table.columns)), address_column)
+        return
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t" if path.suffix.lower() in (".tsv", ".tab") else ",")
+        yield from _pick(next(reader, []), reader, address_column)
+
+
+def _pick(header: list[str], rows, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
+    first_result = len(header) - len(RESULT_COLUMNS)
+    status_at = first_result + RESULT_COLUMNS.index("status")
+    probability_at = first_result + RESULT_COLUMNS.index("probability")
+    address_at = header.index(address_column) if address_column in header[:first_result] else 0
+    for values in rows:
+        if len(values) == len(header):
+            yield values[address_at], values[status_at], values[probability_at]
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k: int = DEFAULT_TOP_K,
+                batch_size: int = BATCH, on_progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Queue items for (row, query) pairs: the ``top_k`` explained candidates of each query, its margin
+    (over the candidates' probabilities in ranked order) and the network / feature-head disagreement on
+    its best candidate."""
+    from mgeo_index.inference import component_probabilities
+
+    version = model_version(index)
+    resolver = index.resolver
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        queries = [q for _, q in batch]
+        matches = index.resolve(queries, top_k=top_k, explain=True)
+        best = [(i, normalize(q), normalize(m[0].address)) for i, (q, m) in enumerate(zip(queries, matches)) if m]
+        spread = np.zeros(len(batch))
+        if best:
+            network, head = component_probabilities(index.cross_encoder, [a for _, a, _ in best], [b for _, _, b in best],
+                                                    device=resolver.device)
+            for j, (i, _, _) in enumerate(best):
+                spread[i] = disagreement(network[j], None if head is None else head[j])
+        for (row, query), found, dis in zip(batch, matches, spread):
+            candidates = [m.to_dict() for m in found]
+            probs = np.array([[(c.get("probabilities") or {}).get(label, 0.0) for label in settings.LABELS]
+                              for c in candidates]).reshape(len(candidates), len(settings.LABELS))
+            out.append({"row": row, "query": query, "query_normalized": query_text(query),
+                        "candidates": candidates, "model_version": version, "margin": margin(probs),
+                        "disagreement": float(dis)})
+        if on_progress:
+            on_progress(len(batch), len(rows))
+    return out
+
+
+def rescore_stale(index: "AddressIndex", queue: str, *, top_k: int = DEFAULT_TOP_K,
+                  on_progress: Progress | None = None) -> int:
+    """Score again the pending items of ``queue`` that another model scored (the active model changed:
+    ``adapt``). Each update is conditional on the item still being pending at the version read, so a
+    decision taken meanwhile is never overwritten. Returns how many items were re-scored."""
+    from mgeo_index.store.reviews import ReviewItem
+
+    engine = index.resolver.engine
+    version = model_version(index)
+    with engine.connect() as conn:
+        stale = conn.execute(select(ReviewItem.id, ReviewItem.row, ReviewItem.query, ReviewItem.version, ReviewItem.margin)
+                             .where(ReviewItem.queue == queue, ReviewItem.status == "pending",
+                                    ReviewItem.model_version != version).order_by(ReviewItem.id)).all()
+    if not stale:
+        return 0
+    fresh = score_items(index, [(r.row, r.query) for r in stale], top_k=top_k, on_progress=on_progress)
+    changed = 0
+    with engine.begin() as conn:
+        for old, new in zip(stale, fresh):
+            changed += conn.execute(update(ReviewItem).where(
+                ReviewItem.id == old.id, ReviewItem.status == "pending", ReviewItem.version == old.version).values(
+                candidates=new["candidates"], model_version=version, disagreement=new["disagreement"],
+                margin=-1.0 if old.margin < 0 else new["margin"],  # an undone item stays first
+                version=ReviewItem.version + 1)).rowcount
+    return changed
+
+
+def open_queue(index: "AddressIndex", *, job: int | None = None, file: str | Path | None = None,
+               below: float = DEFAULT_BELOW, top_k: int = DEFAULT_TOP_K,
+               on_progress: Callable[[str, int, int], None] | None = None) -> QueueInfo:
+    """Build or refresh the queue of a normalize job or a queries file: items not in it yet are resolved
+    and added (a query text already in the queue is not added twice), pending items scored by another
+    model are re-scored. ``on_progress(step, advance, total)`` with step ``score`` or ``rescore``."""
+    engine = index.resolver.engine
+    name = queue_name(job=job, file=file)
+    wanted = job_queries(engine, job, below) if job is not None else file_queries(file)
+    known = store.queue_rows(engine, name)
+    seen: set[str] = set()
+    todo = []
+    for row, query in wanted:
+        key = normalize(query)
+        if key in seen:
+            continue
+        seen.add(key)
+        if row not in known:
+            todo.append((row, query))
+    step = (lambda n, total: on_progress("score", n, total)) if on_progress else None
+    added = store.add_review_items(engine, name, score_items(index, todo, top_k=top_k, on_progress=step)) if todo else 0
+    restep = (lambda n, total: on_progress("rescore", n, total)) if on_progress else None
+    rescored = rescore_stale(index, name, top_k=top_k, on_progress=restep)
+    return QueueInfo(name=name, added=added, rescored=rescored, counts=store.review_counts(engine, name),
+                     model_version=model_version(index))
