@@ -17,8 +17,8 @@ from __future__ import annotations
 import typer
 
 from mgeo_index.cli import (
-    db_commands, eval_commands, index_commands, label_commands, normalize_commands, query_commands, serve_commands,
-    train_commands,
+    adapt_commands, db_commands, eval_commands, index_commands, label_commands, normalize_commands, query_commands,
+    review_commands, serve_commands, train_commands,
 )
 
 __all__ = ["app"]
@@ -42,7 +42,7 @@ for command in (
     index_commands.build, index_commands.add, index_commands.remove, index_commands.gc, index_commands.check,
     query_commands.resolve, query_commands.parse, query_commands.match,
     eval_commands.bench, serve_commands.serve, train_commands.train,
-    normalize_commands.normalize, normalize_commands.jobs,
+    normalize_commands.normalize, normalize_commands.jobs, review_commands.review, adapt_commands.adapt,
 ):
     app.command()(command)
 

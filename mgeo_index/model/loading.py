@@ -1,6 +1,7 @@
 """The one door to load the models: which directory (flag > environment > the model that built the
-index > the bundled default), the check that a query model is the one that built the index, the
-device and the inference backend. The CLI, the Python facade, jobs, updates, the service and the
+index > the bundled default; for the cross-encoder: flag > environment > the index's active adapted
+version, ``mgeo-index adapt`` > the bundled default), the check that a query model is the one that built
+the index, the device and the inference backend. The CLI, the Python facade, jobs, updates, the service and the
 benchmarks all load models here.
 """
 from __future__ import annotations
@@ -57,13 +58,72 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
     return backends.apply(cross, backend, device=device)
 
 
+def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:
+    """(the store's active ``cross`` model version, its directory) or (None, None) when the index uses the
+    shipped cross-encoder. A recorded directory that is gone is an error naming it and the way back."""
+    from mgeo_index import store
+    from mgeo_index.model.manifest import ModelError
+
+    version = store.active_model_version(engine, "cross")
+    if version is None:
+        return None, None
+    path = Path(version["path"])
+    path = path if path.is_absolute() else Path(index_dir) / path
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            f"the index's active cross-encoder (version {version['id']}, written by `mgeo-index adapt`) is "
+            f"{path}, which is missing or incomplete: restore that directory, or go back to the previous "
+            f"version with `mgeo-index adapt --rollback --index-dir {index_dir}`")
+    return version, path
+
+
+def _store_url(index_dir: str | Path, descriptor: dict | None, db: str | None) -> str:
+    """The index's store URL when the caller has no engine: ``db`` > ``MGEO_INDEX_DB`` > the URL the
+    generation records (unless its password was hidden) > the directory's SQLite file."""
+    recorded = (descriptor or {}).get("database")
+    if db is None and settings.env("DB") is None and isinstance(recorded, str) and "***" not in recorded:
+        return settings.with_driver(recorded)
+    return settings.database_url(index_dir, db)
+
+
+def index_cross_model(index_dir: str | Path, cross_model: str | Path | None = None, *, engine=None,
+                      db: str | None = None, descriptor: dict | None = None) -> tuple[Path, dict | None]:
+    """(the cross-encoder directory for an index, its active model version or None): ``cross_model`` >
+    ``MGEO_INDEX_CROSS_MODEL`` > the store's active ``cross`` version (``mgeo-index adapt``; its path is
+    relative to the index directory) > the bundled default. ``engine``: the index's store, when open."""
+    if cross_model is not None or settings.env("CROSS_MODEL") is not None:
+        return settings.cross_model_path(cross_model), None
+    if engine is None:
+        from mgeo_index import store
+
+        own = store.connect(_store_url(index_dir, descriptor, db))
+        try:
+            version, path = active_cross_version(index_dir, own)
+        finally:
+            own.dispose()
+    else:
+        version, path = active_cross_version(index_dir, engine)
+    return (path, version) if version is not None else (settings.cross_model_path(None), None)
+
+
 def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross_model=None, device: str | None = None,
-                   backend: str | None = None, rerank: bool = True):
-    """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given."""
+                   backend: str | None = None, rerank: bool = True, engine=None, db: str | None = None):
+    """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given; the
+    cross-encoder as :func:`index_cross_model` chooses it (``engine``: the index's open store)."""
     device = settings.device(device)
     bi = load_bi(index_model_path(descriptor.get("model_path"), model), device=device, apply_backend=False)
     check_index_model(bi.fingerprint, bi.path, descriptor, index_dir)
-    cross = load_cross(cross_model, device=device, backend=backend) if rerank else None
+    cross = None
+    if rerank:
+        path, version = index_cross_model(index_dir, cross_model, engine=engine, db=db, descriptor=descriptor)
+        cross = load_cross(path, device=device, backend=backend)
+        if version is not None and cross.fingerprint != version["fingerprint"]:
+            from mgeo_index.model.manifest import ModelError
+
+            raise ModelError(
+                f"{path} is model {cross.fingerprint}, but `mgeo-index adapt` recorded version {version['id']} as "
+                f"{version['fingerprint']}: the directory was changed since. Restore it, or go back to the previous "
+                f"version with `mgeo-index adapt --rollback --index-dir {index_dir}`")
     from mgeo_index import backends
 
     return backends.apply(bi, backend, device=device), cross

@@ -106,12 +106,12 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None) -> dict[
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
     refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
     from mgeo_index.generations import read_descriptor
-    from mgeo_index.model.loading import check_index_model, index_model_path
+    from mgeo_index.model.loading import check_index_model, index_cross_model, index_model_path
     from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
 
     descriptor = read_descriptor(index_dir)
     bi_path = index_model_path(descriptor.get("model_path"), model)
-    cross_path = settings.cross_model_path(cross_model)
+    cross_path, _ = index_cross_model(index_dir, cross_model, descriptor=descriptor)  # an adapted version counts
     bi_manifest = model_manifest(bi_path, "bi-encoder")
     model_manifest(cross_path, "cross-encoder")
     bi_fp = fingerprint(bi_path)
