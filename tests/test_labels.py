@@ -194,3 +194,37 @@ def test_labels_export_and_import_round_trip_through_the_cli(index_with_queue, t
     bad.write_text("a\tb\tlabel\nx\ty\tmaybe\n", encoding="utf-8")
     result = runner.invoke(app, ["labels", "import", str(bad), "--index-dir", str(index_dir)])
     assert result.exit_code == 1 and "line 2" in result.output and "maybe" in result.output
+
+
+def test_random_order_is_fixed_and_still_puts_an_undone_item_first(index_with_queue):
+    _, _, engine = index_with_queue
+    store.add_review_items(engine, "file:test", [_item(r, f"地址{r}号", [], 0.5) for r in range(10, 40)])
+    first = [i["row"] for i in store.next_review_items(engine, "file:test", 33, order="random")]
+    assert first == [i["row"] for i in store.next_review_items(engine, "file:test", 33, order="random")]
+    assert sorted(first) == sorted(i["row"] for i in store.next_review_items(engine, "file:test", 33))
+    assert first != sorted(first) and first[:3] != [1, 2, 0]  # not the uncertainty order
+    decided = store.next_review_items(engine, "file:test", 1, order="random")[0]
+    store.decide(engine, decided["id"], "skip", reviewer="ana")
+    store.undo_last(engine, "file:test", "ana")
+    assert store.next_review_items(engine, "file:test", 1, order="random")[0]["id"] == decided["id"]
+    with pytest.raises(store.ReviewError, match="order must be one of"):
+        store.next_review_items(engine, "file:test", order="newest")
+
+
+def test_the_review_queue_on_postgresql(pg_url):
+    """Decisions, the conflict, undo and both orders on the production database."""
+    engine = store.connect(pg_url)
+    candidates = [{"id": None, "address": f"候选{i}号", "probabilities": {"exact_match": 0.4}} for i in range(3)]
+    items = [_item(r, f"地址{r}号", candidates, margin=r / 100) for r in range(12)]
+    assert store.add_review_items(engine, "file:pg", items) == 12
+    assert [i["row"] for i in store.next_review_items(engine, "file:pg", 3)] == [0, 1, 2]
+    shuffled = [i["row"] for i in store.next_review_items(engine, "file:pg", 12, order="random")]
+    assert sorted(shuffled) == list(range(12)) and shuffled != list(range(12))
+    first = store.next_review_items(engine, "file:pg", 1)[0]
+    store.decide(engine, first["id"], "none", reviewer="ana", expected_version=first["version"])
+    with pytest.raises(store.ReviewConflict, match="decided by ana"):
+        store.decide(engine, first["id"], "exact", candidate=0, reviewer="bob", expected_version=first["version"])
+    assert [l["label"] for l in store.list_labels(engine)] == ["not_match"] * 3
+    assert store.undo_last(engine, "file:pg", "ana")["id"] == first["id"]
+    assert store.list_labels(engine) == [] and store.review_counts(engine, "file:pg")["pending"] == 12
+    engine.dispose()

@@ -20,6 +20,7 @@ def review(
     file: QueriesFile = None,
     below: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --job: also review matched rows whose probability is below this.")] = 0.9,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=9, help="Candidates shown per item (keys 1–9).")] = 5,
+    order: Annotated[str, typer.Option(help="uncertainty: the rows the model is least sure of first (to settle a job); random: a representative sample (to teach adapt your policy: it learns more from it).")] = "uncertainty",
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback exposes the page (use --api-key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8100,
     api_key: Annotated[list[str] | None, typer.Option(
@@ -45,6 +46,8 @@ def review(
 
     if (job is None) == (file is None):
         raise typer.BadParameter("give one of --job ID or --file QUERIES")
+    if order not in ("uncertainty", "random"):
+        raise typer.BadParameter("--order must be uncertainty or random")
     if log_level not in LOG_LEVELS:
         raise typer.BadParameter("--log-level must be critical, error, warning, info or debug")
     try:
@@ -80,7 +83,7 @@ def review(
     if not serve:
         return
     state = ReviewState(engine=index.resolver.engine, queue=info.name, model_version=info.model_version, keys=keys,
-                        local_user=getpass.getuser(), title=str(Path(index_dir)))
+                        local_user=getpass.getuser(), title=str(Path(index_dir)), order=order)
     loopback = host in LOOPBACK
     application = create_app(state, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
     if not loopback and not keys:

@@ -85,6 +85,7 @@ class ReviewState:
     keys: dict[str, str] = field(default_factory=dict)
     local_user: str = field(default_factory=getpass.getuser)
     title: str = ""
+    order: str = "uncertainty"  # store.QUEUE_ORDERS
     claims: dict[int, tuple[str, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -121,16 +122,16 @@ class ReviewState:
         return None
 
     def next_item(self, reviewer: str) -> dict | None:
-        """The most uncertain pending item not open on another reviewer's page (any pending one when
-        all are), claimed for ``reviewer``."""
+        """The next pending item in the queue's order (the most uncertain first, or ``order`` random) not open
+        on another reviewer's page (any pending one when all are), claimed for ``reviewer``."""
         now = time.monotonic()
         with self.lock:
             for item_id, (who, at) in list(self.claims.items()):
                 if now - at > CLAIM_SECONDS:
                     del self.claims[item_id]
             others = [i for i, (who, _) in self.claims.items() if who != reviewer]
-            found = store.next_review_items(self.engine, self.queue, limit=1, exclude=others) or \
-                store.next_review_items(self.engine, self.queue, limit=1)
+            found = store.next_review_items(self.engine, self.queue, limit=1, exclude=others, order=self.order) or \
+                store.next_review_items(self.engine, self.queue, limit=1, order=self.order)
             if not found:
                 return None
             for item_id in [i for i, (who, _) in self.claims.items() if who == reviewer]:

@@ -72,6 +72,7 @@ from mgeo_index.store.generations import (
 from mgeo_index.store.reviews import (
     DECISION_LABELS,
     DECISIONS,
+    QUEUE_ORDERS,
     Label,
     ModelVersion,
     ReviewConflict,
@@ -107,7 +108,7 @@ from mgeo_index.store.jobs import (
 )
 
 __all__ = [
-    "BUILD_STATUSES", "DECISIONS", "DECISION_LABELS", "JOB_COUNTS", "JOB_STATUSES",
+    "BUILD_STATUSES", "DECISIONS", "DECISION_LABELS", "JOB_COUNTS", "JOB_STATUSES", "QUEUE_ORDERS",
     "Base", "Build", "Catalog", "Entry", "EntryElements", "Generation", "GenerationConflict", "Job", "JobCheckpoint",
     "Label", "ModelVersion", "ReviewConflict", "ReviewError", "ReviewItem", "Session",
     "activate_model_version", "active_model_version", "add_labels", "add_model_version", "add_review_items",

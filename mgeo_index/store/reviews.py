@@ -129,12 +129,23 @@ def queue_rows(engine: Engine, queue: str) -> set[int]:
         return set(conn.execute(select(ReviewItem.row).where(ReviewItem.queue == queue)).scalars())
 
 
-def next_review_items(engine: Engine, queue: str, limit: int = 2, *, exclude: Iterable[int] = ()) -> list[dict[str, Any]]:
-    """The pending items of ``queue`` that a label would teach most, first: smallest margin, then the
-    largest disagreement, then queue order (an undone item comes back first: its margin is set to -1)."""
+QUEUE_ORDERS = ("uncertainty", "random")
+
+
+def next_review_items(engine: Engine, queue: str, limit: int = 2, *, exclude: Iterable[int] = (),
+                      order: str = "uncertainty") -> list[dict[str, Any]]:
+    """The pending items of ``queue`` in review order. ``uncertainty``: what a label would settle most first —
+    smallest margin, then the largest disagreement, then queue order. ``random``: a fixed pseudo-random
+    order of the items (a representative sample at any point: what teaches ``adapt`` a labelling policy
+    best, README *Adapt*). Either way an undone item comes back first (its margin is set to -1)."""
+    if order not in QUEUE_ORDERS:
+        raise ReviewError(f"order must be one of {', '.join(QUEUE_ORDERS)}, not {order!r}")
     table = ReviewItem.__table__
-    query = (select(table).where(table.c.queue == queue, table.c.status == "pending")
-             .order_by(table.c.margin, table.c.disagreement.desc(), table.c.row).limit(limit))
+    query = select(table).where(table.c.queue == queue, table.c.status == "pending").limit(limit)
+    if order == "uncertainty":
+        query = query.order_by(table.c.margin, table.c.disagreement.desc(), table.c.row)
+    else:  # Knuth's multiplicative hash of the id: the same order on SQLite and PostgreSQL, no state
+        query = query.order_by(table.c.margin >= 0, (table.c.id * 2654435761) % 4294967296, table.c.id)
     excluded = [int(i) for i in exclude]
     if excluded:
         query = query.where(table.c.id.notin_(excluded))
