@@ -127,7 +127,7 @@ def test_adapt_writes_a_version_the_index_opens_with_and_rollback_returns(sample
 
     index_dir = sample_index_copy
     _labelled_index(index_dir, _label_rows(_catalog()[:60]))
-    result = adapt.adapt(index_dir, epochs=2)
+    result = adapt.adapt(index_dir, epochs=2, force=True)
     version_dir = index_dir / "models" / "cross-1"
     assert result["path"] == "models/cross-1" and version_dir.is_dir()
     assert result["fingerprint"] == fingerprint(version_dir) != shipped.fingerprint
@@ -146,7 +146,7 @@ def test_adapt_writes_a_version_the_index_opens_with_and_rollback_returns(sample
         assert idx.cross_encoder.fingerprint == shipped.fingerprint
 
     # a second adapt starts from the active version and records it as the parent
-    second = adapt.adapt(index_dir, epochs=0, seed=1)
+    second = adapt.adapt(index_dir, epochs=0, seed=1, force=True)
     assert second["path"] == "models/cross-2" and second["parent"] == result["version"]
     assert second["parent_fingerprint"] == result["fingerprint"]
 
@@ -162,6 +162,27 @@ def test_adapt_writes_a_version_the_index_opens_with_and_rollback_returns(sample
         assert idx.cross_encoder.fingerprint == shipped.fingerprint
     out = runner.invoke(app, ["adapt", "--index-dir", str(index_dir), "--rollback"])
     assert out.exit_code == 1 and "already uses the shipped cross-encoder" in out.output
+
+
+def test_a_version_worse_on_the_held_back_labels_is_kept_but_not_activated(sample_index_copy, shipped, monkeypatch):
+    index_dir = sample_index_copy
+    _labelled_index(index_dir, _label_rows(_catalog()[:60]))
+    real = adapt.adapt_model
+
+    def worse(*args, **kwargs):
+        model, figures = real(*args, **kwargs)
+        figures["after"] = dict(figures["before"], macro_f1=figures["before"]["macro_f1"] - 0.05)
+        return model, figures
+
+    monkeypatch.setattr(adapt, "adapt_model", worse)
+    out = runner.invoke(app, ["adapt", "--index-dir", str(index_dir), "--epochs", "0"])
+    assert out.exit_code == 0, out.output
+    assert "NOT activated" in out.output and "--force" in out.output
+    engine = store.connect(settings.database_url(index_dir))
+    assert store.active_model_version(engine) is None and len(store.list_model_versions(engine)) == 1
+    forced = adapt.adapt(index_dir, epochs=0, force=True)
+    assert forced["activated"] and store.active_model_version(engine)["id"] == forced["version"]
+    engine.dispose()
 
 
 def test_a_missing_version_directory_names_the_path_and_the_way_back(sample_index_copy):

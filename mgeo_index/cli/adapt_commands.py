@@ -21,12 +21,14 @@ def adapt(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the held-back fifth and the fine-tuning.")] = 0,
     rollback: Annotated[bool, typer.Option("--rollback", help="Re-activate the version the active one was adapted from (the shipped model at the end).")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Calibration replay file \\[default: the shipped model's calibration_replay.npz].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Activate the new version even if it scores worse than the current one on the held-back labels.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
 ) -> None:
     """Teach the cross-encoder the reviewers' labels: refit its feature head, stack weights, decision
     offsets and cascade gate on the store's labels plus a replay of the original calibration, write the
     new version to INDEX_DIR/models/cross-N/ and make it the index's active cross-encoder. A fifth of the
-    labels (by query) is held back and scored before and after. --rollback returns to the previous version.
+    labels (by query) is held back and scored before and after: a version that scores worse there is kept
+    but not activated (--force activates it). --rollback returns to the previous version.
 
     Example: mgeo-index adapt --index-dir idx        (then: mgeo-index adapt --index-dir idx --rollback)
     """
@@ -47,7 +49,7 @@ def adapt(
             fail("--network-epochs: adapt does not fine-tune the network yet (the calibration replay holds the "
                  "shipped network's logits, which a changed network would invalidate); leave it at 0")
         log(f"adapting the cross-encoder of {index_dir} to its labels…")
-        result = adapting.adapt(index_dir, db=db, epochs=epochs, seed=seed, replay_path=replay)
+        result = adapting.adapt(index_dir, db=db, epochs=epochs, seed=seed, replay_path=replay, force=force)
         if as_json:
             print(json.dumps(result, ensure_ascii=False))
             return
@@ -68,5 +70,10 @@ def _summary(result: dict) -> str:
             lines.append(f"{label + ' F1':<22}{before['f1'][label]:>8.3f}{after['f1'][label]:>8.3f}")
     lines.append(f"{'replay macro-F1':<22}{result['replay_before']['macro_f1']:>8.3f}{result['replay_after']['macro_f1']:>8.3f}"
                  "   (the original calibration pairs: forgetting check)")
-    lines.append("Roll back with: mgeo-index adapt --rollback")
+    if result["activated"]:
+        lines.append("Active now. Roll back with: mgeo-index adapt --rollback")
+    else:
+        lines.append(f"NOT activated: it scores worse than the current model on the held-back labels "
+                     f"({after['macro_f1']:.3f} < {before['macro_f1']:.3f}); the index keeps its model. More labels may "
+                     "help; --force activates it anyway.")
     return "\n".join(lines)

@@ -435,10 +435,12 @@ def adapt_model(cross: CrossEncoder, pairs: list[tuple], replay: Replay, *, epoc
 
 
 def adapt(index_dir: str | Path, *, db: str | None = None, epochs: int = HEAD_EPOCHS, label_weight: int = LABEL_WEIGHT,
-          seed: int = 0, replay_path: str | Path | None = None, min_labels: int = MIN_LABELS) -> dict:
+          seed: int = 0, replay_path: str | Path | None = None, min_labels: int = MIN_LABELS, force: bool = False) -> dict:
     """``mgeo-index adapt``: refit the index's current cross-encoder (the active version, else the shipped
-    one) on the store's active labels, write ``models/cross-<N>/`` and make it the active version.
-    Returns the version's id, path, fingerprint, parent and the figures of :func:`adapt_model`."""
+    one) on the store's active labels, write ``models/cross-<N>/`` and make it the active version — unless
+    it scores a lower macro-F1 than the current one on the held-back fifth of the labels (then it is kept,
+    inactive, and ``activated`` is False; ``force`` activates it anyway). Returns the version's id, path,
+    fingerprint, parent, ``activated`` and the figures of :func:`adapt_model`."""
     from mgeo_index import store
     from mgeo_index.model.cross_encoder import load_cross_encoder
     from mgeo_index.model.loading import active_cross_version
@@ -463,12 +465,14 @@ def adapt(index_dir: str | Path, *, db: str | None = None, epochs: int = HEAD_EP
         relative = target.relative_to(index_dir).as_posix()
         metrics = {k: figures[k] for k in ("before", "after", "replay_before", "replay_after", "label_counts",
                                            "held_back", "fit_pairs")}
+        before, after = figures["before"].get("macro_f1"), figures["after"].get("macro_f1")
+        activated = force or before is None or after >= before
         version_id = store.add_model_version(engine, kind="cross", path=relative, fingerprint=new_fingerprint,
                                              parent_id=active["id"] if active else None, labels_used=figures["labels"],
-                                             metrics=metrics)
+                                             metrics=metrics, activate=activated)
     finally:
         engine.dispose()
-    return {"version": version_id, "path": relative, "fingerprint": new_fingerprint,
+    return {"version": version_id, "activated": activated, "path": relative, "fingerprint": new_fingerprint,
             "parent": active["id"] if active else None, "parent_fingerprint": cross.fingerprint, **figures,
             "seconds": round(time.perf_counter() - started, 2)}
 
