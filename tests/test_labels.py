@@ -228,3 +228,25 @@ def test_the_review_queue_on_postgresql(pg_url):
     assert store.undo_last(engine, "file:pg", "ana")["id"] == first["id"]
     assert store.list_labels(engine) == [] and store.review_counts(engine, "file:pg")["pending"] == 12
     engine.dispose()
+
+
+def test_every_confirmed_answer_is_served_first_and_none_after_its_removal(sample_index_copy):
+    """The issue's target: confirmed answers 100% at rank 1 after confirmation, none after the entry's removal
+    (20 queries, each confirmed on a candidate the model ranked 2nd to 10th)."""
+    import random
+
+    with AddressIndex.open(sample_index_copy, device="cpu") as idx:
+        engine = _engine(sample_index_copy)
+        with settings.SAMPLE_CATALOG.open(encoding="utf-8") as fh:  # catalog addresses without their province
+            queries = [row["address"][3:] for row, _ in zip(csv.DictReader(fh), range(20))]
+        rng = random.Random(0)
+        before = idx.resolve(queries, top_k=10)
+        chosen = [rng.choice(matches[1:]) for matches in before]
+        store.add_labels(engine, [{"query": q, "query_normalized": query_text(q), "entry_id": c.id, "entry_address": c.address,
+                                   "label": "exact_match"} for q, c in zip(queries, chosen)], reviewer="ana")
+        after = idx.resolve(queries, top_k=10)
+        assert [m[0].id for m in after] == [c.id for c in chosen]
+        assert all(m[0].source == "confirmed" for m in after)
+        idx.remove(sorted({c.source_id for c in chosen}))
+        gone = {c.id for c in chosen}
+        assert not any(m.id in gone or m.source for matches in idx.resolve(queries, top_k=10) for m in matches)
