@@ -149,7 +149,7 @@ def parsed_features(qa: dict, qb: dict) -> list[float]:
 
 
 def pair_features(a: str, b: str, parsed_a: dict, parsed_b: dict) -> np.ndarray:
-    """A fixed-length float32 vector describing how two addresses agree (names: BASE_FEATURE_NAMES):
+    """A fixed-length float32 vector describing how two addresses agree (names: FEATURE_NAMES):
     string and pattern features of the texts, then :func:`parsed_features` of their parses."""
     a, b = normalize(a), normalize(b)
     ea, eb = extract_elements(a), extract_elements(b)
@@ -189,54 +189,14 @@ def parse_distinct(texts: Sequence[str]) -> list[dict]:
 
 
 def pair_features_batch(
-    a: Sequence[str], b: Sequence[str], parsed_a: Sequence[dict] | None = None, parsed_b: Sequence[dict] | None = None,
-    *, groups: Sequence | None = None,
+    a: Sequence[str], b: Sequence[str], parsed_a: Sequence[dict] | None = None, parsed_b: Sequence[dict] | None = None
 ) -> np.ndarray:
-    """:func:`pair_features` of each pair, then its :func:`listwise_features` among the pairs of its group —
-    by default the pairs that share its first address (names: FEATURE_NAMES); sides without their parses
-    given are parsed here, in batch."""
+    """:func:`pair_features` of each pair; sides without their parses given are parsed here, in batch."""
     if not len(a):
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float32)
     parsed_a = parse_distinct(a) if parsed_a is None else parsed_a
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
-    base = np.stack([pair_features(*sides) for sides in zip(a, b, parsed_a, parsed_b)])
-    return np.concatenate([base, listwise_features(base, a if groups is None else groups, b)], axis=1)
-
-
-# Listwise context: a query's candidates scored together. Which candidate is the best of the lot is
-# clearer than whether one is good on its own: on the CCKS dev split (grouped by query text, the stacked
-# scorer recalibrated) these lift macro-F1 from 0.685 to 0.708 (round-2 queries 0.663 → 0.690).
-LISTWISE_SIMILARITIES = ("jaccard2", "jaccard3", "ratio", "partial_ratio", "token_set_ratio", "lcs_a", "lcs_b",
-                         "numbers_jaccard", "poi_ratio", "road_parsed_ratio", "roadno_parsed_ratio", "poi_parsed_ratio",
-                         "building_parsed_ratio", "b_rest_in_a")
-LISTWISE_AGREEMENTS = ("roadno_agree", "road_agree", "poi_agree", "building_agree", "roadno_parsed_agree",
-                       "poi_parsed_agree", "road_parsed_agree", "subpoi_parsed_agree")
-LISTWISE_NAMES = ([f"{n}_minus_best" for n in LISTWISE_SIMILARITIES] + [f"{n}_minus_mean" for n in LISTWISE_SIMILARITIES]
-                  + [f"{n}_others" for n in LISTWISE_AGREEMENTS] + ["log_candidates"])
-
-
-def listwise_features(base: np.ndarray, groups: Sequence, b: Sequence[str]) -> np.ndarray:
-    """Each pair's standing among the pairs of its group (``groups``: a key per pair; a query's candidates):
-    similarity minus the group's best and minus its mean, how many other candidates agree on the road
-    number, road, POI…, and log(group size). A candidate repeated in a group counts once, so the same
-    query with the same candidates gets the same features whatever else is in the batch; a lone pair's are 0."""
-    index = {name: i for i, name in enumerate(BASE_FEATURE_NAMES)}
-    sims = base[:, [index[n] for n in LISTWISE_SIMILARITIES]]
-    agree = base[:, [index[n] for n in LISTWISE_AGREEMENTS]]
-    out = np.zeros((len(base), len(LISTWISE_NAMES)), dtype=np.float32)
-    members_of: dict[object, dict[str, list[int]]] = {}
-    for row, (key, second) in enumerate(zip(groups, b)):
-        members_of.setdefault(key, {}).setdefault(second, []).append(row)
-    n_sims, n_agree = len(LISTWISE_SIMILARITIES), len(LISTWISE_AGREEMENTS)
-    for members in members_of.values():
-        rows = [same[0] for same in members.values()]  # one reference row per distinct candidate
-        everyone = [r for same in members.values() for r in same]
-        s, g = sims[rows], agree[rows]
-        out[everyone, :n_sims] = sims[everyone] - s.max(0)
-        out[everyone, n_sims : 2 * n_sims] = sims[everyone] - s.mean(0)
-        out[everyone, 2 * n_sims : 2 * n_sims + n_agree] = g.sum(0) - agree[everyone]
-        out[everyone, -1] = math.log(len(rows))
-    return out
+    return np.stack([pair_features(*sides) for sides in zip(a, b, parsed_a, parsed_b)])
 
 
 _STATE_TEXT = {
@@ -320,8 +280,6 @@ def explain(a: str, b: str) -> dict:
     return explain_parsed(*parse([a, b]))
 
 
-# what pair_features gives for one pair alone; FEATURE_NAMES (pair_features_batch) adds the listwise context
-BASE_FEATURE_NAMES = _STRING_FEATURE_NAMES + [
+FEATURE_NAMES = _STRING_FEATURE_NAMES + [
     f"{name}_{kind}" for name in EXPLAIN_ORDER for kind in (*(f"parsed_{s}" for s in _STATES), "parsed_ratio")
 ] + ["centroids_known", "centroid_log_km"]
-FEATURE_NAMES = BASE_FEATURE_NAMES + LISTWISE_NAMES

@@ -42,9 +42,6 @@ CORE_WEIGHT = 0.5
 # head and retrieval alone (see Resolver._rerank); on 20 candidates the network was ~90% of a query's
 # time, on these 10 it is still the largest part (≈ 45% of a single query, README: bench).
 RERANK_DEPTH = 10
-# The smallest reranked pool: a candidate's listwise features (its similarity minus the pool's best…) are
-# computed among these, so they do not move with --top-k up to 10.
-LISTWISE_POOL = 20
 
 
 @dataclass
@@ -88,9 +85,7 @@ class Resolver:
         normalized = [query_text(q) for q in queries]
         vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
-        # the reranker sees a deeper pool, at least LISTWISE_POOL: its candidates are each other's listwise context
-        # (features.listwise_features), the same for every top_k up to LISTWISE_POOL / POOL_FACTOR
-        depth = max(top_k * POOL_FACTOR, LISTWISE_POOL) if reranking else top_k
+        depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
         rankings, weights = [], []
         if retrieval != "sparse":
             rankings.append(faiss_index.search(self.index, vectors, depth)[1])

@@ -61,18 +61,9 @@ pool = [p for p in extra if p.a in pool_queries]
 test = [p for p in extra if p.a not in pool_queries]
 
 
-# each query's candidates in the file: the listwise context its pairs are scored in, for the test part as for
-# the labels (a reviewer sees a query's candidates together, as the review page shows them)
-context = {}
-for p in extra:
-    context.setdefault(normalize(p.a), []).append(normalize(p.b))
-context = {q: tuple(dict.fromkeys(c)) for q, c in context.items()}
-
-
 def numbers(pairs):
     """Examples (features, network logits) of data.Pair's, for measuring without rescoring."""
-    return adapt.examples_of(cross, [(normalize(p.a), normalize(p.b), p.label, context.get(normalize(p.a)))
-                                     for p in pairs])
+    return adapt.examples_of(cross, [(normalize(p.a), normalize(p.b), p.label) for p in pairs])
 
 
 test_x = numbers(test)
@@ -90,12 +81,12 @@ queue = [i for *_, i in sorted(keys)]
 def label_rows(rows):
     """The pool pairs ``rows`` as the store's label rows (what `adapt` reads with store.list_labels)."""
     return [{"query": pool[i].a, "query_normalized": normalize(pool[i].a), "entry_address": pool[i].b,
-             "label": pool[i].label, "item_id": normalize(pool[i].a)} for i in rows]
+             "label": pool[i].label} for i in rows]
 
 
 def run(rows, weight):
     started = time.perf_counter()
-    model, figures = adapt.adapt_model(cross, adapt.labelled_pairs(label_rows(rows), context), replay, epochs=args.epochs,
+    model, figures = adapt.adapt_model(cross, adapt.labelled_pairs(label_rows(rows)), replay, epochs=args.epochs,
                                        label_weight=weight, seed=args.seed)
     seconds = time.perf_counter() - started
     test_report = adapt.report(model, test_x.network_logits, test_x.features, test_x.gold)

@@ -52,15 +52,11 @@ def test_match_one_pair_and_many(idx):
     assert isinstance(result, MatchResult) and result.label in result.probabilities
     assert result.probability == result.probabilities[result.label]
     assert result.explain["road"]["state"] == "agree"
-    pairs = idx.match([("北京朝阳建国路88号", "北京市朝阳区建国路88号"), ("上海徐汇漕溪北路1号", "北京市朝阳区建国路88号")])
-    # another query in the batch changes nothing
+    pairs = idx.match([("北京朝阳建国路88号", "北京市朝阳区建国路88号"), ("北京朝阳建国路88号", "上海市徐汇区漕溪北路1号")])
+    # int8 scales activations per batch: a pair's probabilities move by ~1e-3 with its batch-mates
     assert pairs[0].label == result.label and pairs[0].explain is None
-    assert pairs[0].probability == pytest.approx(result.probability, abs=1e-6)
+    assert pairs[0].probability == pytest.approx(result.probability, abs=5e-3)
     assert pairs[1].label == "not_match"
-    # one query's candidates are scored together (listwise context): beside a closer rival, a candidate weighs less
-    rivals = idx.match([("北京朝阳建国路88号", "北京市朝阳区建国路89号"), ("北京朝阳建国路88号", "北京市朝阳区建国路88号")])
-    alone = idx.match("北京朝阳建国路88号", "北京市朝阳区建国路89号")
-    assert rivals[0].probabilities["exact_match"] < alone.probabilities["exact_match"]
     with pytest.raises(TypeError):
         idx.match("北京朝阳建国路88号")
 
@@ -113,9 +109,8 @@ QUERIES = ["北京朝阳建国路88号", "深圳南山中山路75号东方科技
 
 def test_answers_do_not_depend_on_batch_mates_or_top_k(idx):
     """The default backend is batch-independent: the same query gets the same candidates, labels and
-    probabilities (within 1e-6) alone, in any batch, and for any --top-k up to 10 (the reranked pool, each
-    candidate's listwise context, is LISTWISE_POOL = 20 candidates for all of them). A deeper pool is another
-    context: probabilities move a little, labels hold here."""
+    probabilities (within 1e-6) alone, in any batch, and each (query, entry) pair the same probabilities
+    whatever --top-k sets the candidate pool to."""
     alone = [idx.resolve(q, top_k=5) for q in QUERIES]
     together = idx.resolve(QUERIES, top_k=5)
     reordered = idx.resolve(QUERIES[::-1] + QUERIES[:2], top_k=5)[: len(QUERIES)][::-1]
@@ -124,15 +119,15 @@ def test_answers_do_not_depend_on_batch_mates_or_top_k(idx):
             assert [m.id for m in one] == [m.id for m in other]
             assert [m.label for m in one] == [m.label for m in other]
             for a, b in zip(one, other):
-                # within 1e-6, and the rounding of the six-decimal output
-                assert max(abs(a.probabilities[k] - b.probabilities[k]) for k in a.probabilities) <= 1e-6 + 1e-9
-                assert abs(a.score - b.score) <= 1e-6 + 1e-9
-    ten, deeper = idx.resolve(QUERIES, top_k=10), idx.resolve(QUERIES, top_k=20)
-    for few, more, many in zip(together, ten, deeper):
-        assert [m.id for m in more[:5]] == [m.id for m in few]
-        for a, b in zip(few, more):
-            assert a.label == b.label
-            assert max(abs(a.probabilities[k] - b.probabilities[k]) for k in a.probabilities) <= 1e-6 + 1e-9
+                assert max(abs(a.probabilities[k] - b.probabilities[k]) for k in a.probabilities) <= 1e-6
+                assert abs(a.score - b.score) <= 1e-6
+    deeper = idx.resolve(QUERIES, top_k=20)
+    shared = 0
+    for few, many in zip(together, deeper):
         by_id = {m.id: m for m in many}
-        assert sum(m.id in by_id for m in few) >= 3
-        assert all(m.label == by_id[m.id].label for m in few if m.id in by_id)
+        for m in few:
+            if m.id in by_id:
+                shared += 1
+                assert m.label == by_id[m.id].label
+                assert max(abs(m.probabilities[k] - by_id[m.id].probabilities[k]) for k in m.probabilities) <= 1e-6
+    assert shared >= len(QUERIES) * 3

@@ -98,24 +98,3 @@ def test_without_admin_keeps_what_lies_below_the_town():
     assert without_admin("江苏省南京市鼓楼区幕府山街道中央北路五塘村74号") == "中央北路五塘村74号"
     assert without_admin("北京市朝阳区") == "北京市朝阳区"  # nothing left below: the text itself
     assert without_admin("中山路88号") == "中山路88号"
-
-
-def test_listwise_features_place_a_candidate_among_its_querys_others():
-    from mgeo_index.features import LISTWISE_NAMES
-
-    q = "北京市朝阳区建国路88号"
-    cands = ["北京市朝阳区建国路88号", "北京市朝阳区建国路99号", "上海市浦东新区世纪大道1号"]
-    rows = [dict(zip(FEATURE_NAMES, r)) for r in pair_features_batch([q] * 3, cands)]
-    assert rows[0]["jaccard2_minus_best"] == 0.0 and rows[1]["jaccard2_minus_best"] < 0 and rows[2]["jaccard2_minus_best"] < rows[1]["jaccard2_minus_best"]
-    assert rows[0]["road_agree_others"] == 1.0  # the 99号 candidate is on the same road too
-    assert rows[2]["road_agree_others"] == 2.0
-    assert all(abs(r["log_candidates"] - np.log(3)) < 1e-6 for r in rows)
-    # another query in the batch, or the same candidate twice, changes nothing
-    mixed = pair_features_batch([q] * 3 + ["深圳南山中山路75号", q], cands + ["深圳市南山区中山路75号", cands[0]])
-    np.testing.assert_array_equal(mixed[:3], pair_features_batch([q] * 3, cands))
-    np.testing.assert_array_equal(mixed[4], mixed[0])
-    # a lone pair has no context: zeros; explicit groups override the first address
-    alone = pair_features_batch([q], cands[:1])[0][-len(LISTWISE_NAMES):]
-    assert not alone.any()
-    split = pair_features_batch([q] * 3, cands, groups=[0, 1, 2])
-    np.testing.assert_array_equal(split[:, -len(LISTWISE_NAMES):], 0)

@@ -110,12 +110,8 @@ def make_replay(cross: CrossEncoder, pairs: list[tuple[str, str, str, str]]) -> 
     """The replay of (a, b, label, source) pairs for ``cross`` (texts are normalized here)."""
     from mgeo_index.text.parser import parser_version
 
-    from mgeo_index.training.calibrate import PAIRWISE_SOURCES
-
     a, b = [normalize(p[0]) for p in pairs], [normalize(p[1]) for p in pairs]
-    # listwise context as calibration had it (calibrate.listwise_groups): by query, PAIRWISE_SOURCES alone
-    groups = [("pair", i) if p[3] in PAIRWISE_SOURCES else text for i, (p, text) in enumerate(zip(pairs, a))]
-    features = pair_features_batch(a, b, groups=groups)
+    features = pair_features_batch(a, b)
     meta = {"fingerprint": cross.fingerprint, "network_fingerprint": network_fingerprint(cross.path),
             "parser": parser_version(), "features": list(FEATURE_NAMES), "labels": list(LABELS), "pairs": len(pairs)}
     return Replay(network_logits(cross, a, b, features), features.astype(np.float32),
@@ -182,31 +178,17 @@ class Examples:
         return len(self.gold)
 
 
-def labelled_pairs(labels: list[dict], contexts: dict[int, list[str]] | None = None) -> list[tuple]:
-    """(normalized query, normalized entry address, label, context) of the store's active labels; the latest
-    label of a pair wins (a reviewer who changed their mind). ``context``: the candidates the query was
-    scored among (its listwise context, :func:`mgeo_index.features.listwise_features`) — for a label taken
-    in the review queue the item's candidates (``contexts``: by item id), else None (the query's labelled
-    entries, e.g. the rows of an imported file)."""
-    latest: dict[tuple[str, str], tuple[str, tuple[str, ...] | None]] = {}
+def labelled_pairs(labels: list[dict]) -> list[tuple[str, str, str]]:
+    """(normalized query, normalized entry address, label) of the store's active labels; the latest label
+    of a pair wins (a reviewer who changed their mind)."""
+    latest: dict[tuple[str, str], str] = {}
     for row in labels:
         query = row.get("query_normalized") or normalize(row["query"])
-        shown = (contexts or {}).get(row.get("item_id"))
-        context = tuple(dict.fromkeys(normalize(c) for c in shown)) if shown else None
-        latest[(query, normalize(row["entry_address"]))] = (row["label"], context)
-    return [(a, b, label, context) for (a, b), (label, context) in latest.items()]
+        latest[(query, normalize(row["entry_address"]))] = row["label"]
+    return [(a, b, label) for (a, b), label in latest.items()]
 
 
-def item_contexts(engine, labels: list[dict]) -> dict[int, list[str]]:
-    """The candidates each review item showed (the context its labels were taken in), by item id."""
-    from mgeo_index import store
-
-    items = {row["item_id"] for row in labels if row.get("item_id") is not None}
-    return {i: [c["address"] for c in item["candidates"]] for i in items
-            if (item := store.get_review_item(engine, i)) is not None}
-
-
-def check_labels(pairs: list[tuple], *, min_labels: int = MIN_LABELS) -> None:
+def check_labels(pairs: list[tuple[str, str, str]], *, min_labels: int = MIN_LABELS) -> None:
     if not pairs:
         raise AdaptError("no labels to adapt to: review some matches first (mgeo-index review) or import labels "
                          "(mgeo-index labels import)")
@@ -219,44 +201,11 @@ def check_labels(pairs: list[tuple], *, min_labels: int = MIN_LABELS) -> None:
                          "decision from")
 
 
-def examples_of(cross: CrossEncoder, pairs: list[tuple]) -> Examples:
-    """Features and network logits of labelled (query, entry, label[, context]) pairs, each pair's features
-    computed among its context's candidates as the resolver would score it (no context: among the
-    labelled entries of the same query)."""
+def examples_of(cross: CrossEncoder, pairs: list[tuple[str, str, str]]) -> Examples:
     a, b = [p[0] for p in pairs], [p[1] for p in pairs]
-    features = _features_in_context(pairs)
+    features = pair_features_batch(a, b)
     return Examples(a, b, np.array([LABELS.index(p[2]) for p in pairs], dtype=np.int64), features.astype(np.float32),
                     network_logits(cross, a, b, features))
-
-
-def _features_in_context(pairs: list[tuple]) -> np.ndarray:
-    if all(len(p) < 4 or p[3] is None for p in pairs):
-        return pair_features_batch([p[0] for p in pairs], [p[1] for p in pairs])
-    # one batch: every (query, candidate) of every distinct context, grouped by context; then the labelled rows
-    contexts: dict[tuple, int] = {}
-    firsts, seconds, groups, row_of = [], [], [], {}
-    labelled: dict[str, list[str]] = {}  # a query's labelled entries (the context of labels that came without one)
-    for p in pairs:
-        if len(p) < 4 or p[3] is None:
-            labelled.setdefault(p[0], []).append(p[1])
-    for query, entry, *rest in pairs:
-        context = rest[1] if len(rest) > 1 and rest[1] else None
-        key = (query, context if context is not None else ("#labelled",))
-        if key not in contexts:
-            contexts[key] = len(contexts)
-            members = context if context is not None else tuple(dict.fromkeys(labelled[query]))
-            for candidate in members:
-                row_of[(contexts[key], candidate)] = len(firsts)
-                firsts.append(query), seconds.append(candidate), groups.append(contexts[key])
-        if (contexts[key], entry) not in row_of:  # a labelled entry the context lacks joins it
-            row_of[(contexts[key], entry)] = len(firsts)
-            firsts.append(query), seconds.append(entry), groups.append(contexts[key])
-    everything = pair_features_batch(firsts, seconds, groups=groups)
-    rows = []
-    for query, entry, *rest in pairs:
-        context = rest[1] if len(rest) > 1 and rest[1] else None
-        rows.append(row_of[(contexts[(query, context if context is not None else ("#labelled",))], entry)])
-    return everything[rows]
 
 
 def holdout_split(queries: list[str], *, seed: int = 0, share: float = HOLDOUT) -> np.ndarray:
@@ -407,11 +356,11 @@ def default_replay_path() -> Path:
     return settings.DEFAULT_CROSS_MODEL / REPLAY_FILE
 
 
-def adapt_model(cross: CrossEncoder, pairs: list[tuple], replay: Replay, *, epochs: int = HEAD_EPOCHS,
+def adapt_model(cross: CrossEncoder, pairs: list[tuple[str, str, str]], replay: Replay, *, epochs: int = HEAD_EPOCHS,
                 label_weight: int = LABEL_WEIGHT, seed: int = 0, min_labels: int = MIN_LABELS,
                 holdout: float = HOLDOUT) -> tuple[CrossEncoder, dict]:
     """The library core of ``adapt`` (no store, no files): refit ``cross`` on labelled (normalized query,
-    normalized entry address, label[, context]) ``pairs`` (:func:`labelled_pairs`) plus ``replay``, a ``holdout`` share of queries held back.
+    normalized entry address, label) ``pairs`` (:func:`labelled_pairs`) plus ``replay``, a ``holdout`` share of queries held back.
     Returns the refit model and {before, after (on the held-back pairs), fit, labels, seconds}."""
     check_labels(pairs, min_labels=min_labels)
     if cross.feature_head is None or cross.stack is None:
@@ -449,8 +398,7 @@ def adapt(index_dir: str | Path, *, db: str | None = None, epochs: int = HEAD_EP
     index_dir = Path(index_dir)
     engine = store.connect(settings.database_url(index_dir, db))
     try:
-        labels = store.list_labels(engine)
-        pairs = labelled_pairs(labels, item_contexts(engine, labels))
+        pairs = labelled_pairs(store.list_labels(engine))
         check_labels(pairs, min_labels=min_labels)
         active, parent_dir = active_cross_version(index_dir, engine)
         parent_dir = parent_dir or settings.DEFAULT_CROSS_MODEL

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from mgeo_index import inference
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
-from mgeo_index.splits import split_of
 from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -50,11 +49,9 @@ def pair_logits(cross: CrossEncoder, examples) -> np.ndarray:
     return np.log(np.clip(probs, 1e-12, None))  # log-softmax = logits up to a per-row constant
 
 
-def train_feature_head(x: torch.Tensor, y: torch.Tensor, *, epochs: int = 6, seed: int = 0,
-                       sample_weights: torch.Tensor | None = None) -> FeatureHead:
+def train_feature_head(x: torch.Tensor, y: torch.Tensor, *, epochs: int = 6, seed: int = 0) -> FeatureHead:
     """The feature-only scorer on (pair features, LABELS index) of the train split (features are
-    deterministic: no leakage). Few epochs: on CCKS calib the NLL is lowest at 4–12 and rises after.
-    ``sample_weights``: a weight per pair (its source's, :data:`HEAD_SOURCE_WEIGHTS`)."""
+    deterministic: no leakage). Few epochs: on CCKS calib the NLL is lowest at 4–12 and rises after."""
     torch.manual_seed(seed)
     weights = class_weights(y.tolist())
     head = FeatureHead(x.shape[1])
@@ -62,38 +59,15 @@ def train_feature_head(x: torch.Tensor, y: torch.Tensor, *, epochs: int = 6, see
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         for idx in torch.randperm(len(y), generator=generator).split(256):
-            if sample_weights is None:
-                loss = F.cross_entropy(head(x[idx]), y[idx], weight=weights)
-            else:
-                per_pair = F.cross_entropy(head(x[idx]), y[idx], weight=weights, reduction="none") * sample_weights[idx]
-                loss = per_pair.sum() / (weights[y[idx]] * sample_weights[idx]).sum()
+            loss = F.cross_entropy(head(x[idx]), y[idx], weight=weights)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
     return head.eval()
 
 
-def _features_of(examples, groups=None) -> torch.Tensor:
-    return torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples],
-                                                groups=groups))
-
-
-# Sources whose pairs teach the feature head one at a time, without their listwise context: the Shenzhen files
-# pair every query with exactly one match and one non-match, so there "the better of the two" is always the
-# match, which CCKS contradicts (two thirds of its queries have no exact candidate).
-PAIRWISE_SOURCES = ("shenzhen",)
-# Loss weight of a pair in the feature head's training, by source: Shenzhen labels "same place" more loosely than
-# CCKS (no partial class). CCKS dev macro-F1 (round-2 part) / Shenzhen dev accuracy with the listwise features,
-# Shenzhen at weight 1: 0.685 (0.685) / 0.996; at 0.25: 0.694 (0.690) / 0.996; left out: 0.695 (0.695) / 0.992;
-# without listwise features (the previous release): 0.686 (0.675) / 0.997.
-HEAD_SOURCE_WEIGHTS = {"shenzhen": 0.25}
-
-
-def listwise_groups(pairs: list[data.Pair], split: str) -> list:
-    """The group key of each pair of ``split`` (in :func:`data.split_examples` order) for the listwise
-    features: its normalized query, or a key of its own for the PAIRWISE_SOURCES."""
-    return [("pair", i) if p.source in PAIRWISE_SOURCES else normalize(p.a)
-            for i, p in enumerate(pairs) if split_of(p.group) == split]
+def _features_of(examples) -> torch.Tensor:
+    return torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples]))
 
 
 def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.ndarray) -> dict:
@@ -127,18 +101,14 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     from mgeo_index.text.parser import parser_version
 
     train, calib = data.split_examples(pairs, "train"), data.split_examples(pairs, "calib")
-    train_groups, calib_groups = listwise_groups(pairs, "train"), listwise_groups(pairs, "calib")
     gold = np.array([g for *_, g in calib])
     cross.feature_head = cross.stack = cross.gate = None
     cross.temperature = 1.0
     network_logits = pair_logits(cross, calib)
     temperature = fit_temperature(network_logits, gold)
-    x_train, x_calib = _features_of(train, train_groups), _features_of(calib, calib_groups)
+    x_train, x_calib = _features_of(train), _features_of(calib)
     y_train = torch.tensor([g for *_, g in train])
-    sample_weights = torch.tensor([HEAD_SOURCE_WEIGHTS.get(p.source, 1.0) for p in pairs if split_of(p.group) == "train"],
-                                  dtype=torch.float32)
-    head = average_heads([train_feature_head(x_train, y_train, seed=s, sample_weights=sample_weights)
-                          for s in range(seed, seed + heads)])
+    head = average_heads([train_feature_head(x_train, y_train, seed=s) for s in range(seed, seed + heads)])
     with torch.inference_mode():
         feature_logits = head(x_calib).double().numpy()
     head_nll = float(F.cross_entropy(torch.tensor(feature_logits), torch.tensor(gold)))
