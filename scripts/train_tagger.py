@@ -15,6 +15,9 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--data", type=Path, default=Path("../shared/data"))
 parser.add_argument("--out", type=Path, default=DEFAULT_DIR)
 parser.add_argument("--minutes", type=float, default=15.0)
+parser.add_argument("--files", default=None,
+                    help="comma-separated tagged files to train on (default: all; the test split is always all files')")
 args = parser.parse_args()
-metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True))
+files = tuple(args.files.split(",")) if args.files else None
+metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))

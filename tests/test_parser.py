@@ -268,6 +268,22 @@ def test_train_tagger_learns_a_small_fixture(tmp_path):
     assert model.tag(["北京市朝阳区人民路12号"]) == [[("prov", 0, 3), ("district", 3, 6), ("road", 6, 9), ("roadno", 9, 12)]]
 
 
+def test_masked_digits_are_drawn_again_consistently():
+    from mgeo_index.training.tagger import MASKED_DIGIT_FILES, unmask_digits
+
+    row = {"text": "浙江省余姚市金型路000号样样红0A打印", "file": MASKED_DIGIT_FILES[0],
+           "elements": [["prov", "浙江省"], ["district", "余姚市"], ["road", "金型路"], ["roadno", "000号"],
+                        ["subpoi", "样样红0A打印"]]}
+    out = unmask_digits(row)
+    assert out == unmask_digits(row)  # the same draw for the same text
+    assert out["text"] == "".join(span for _, span in out["elements"])  # the elements still spell the text
+    assert [label for label, _ in out["elements"]] == [label for label, _ in row["elements"]]
+    assert out["text"].replace("0", "") != row["text"].replace("0", "")  # digits were drawn (not all 0 again)
+    assert to_example(out)[1] == to_example(row)[1]  # same spans
+    broken = dict(row, text="浙江省余姚市")  # elements that do not spell the text stay unusable
+    assert to_example(unmask_digits(broken)) is None
+
+
 # --------------------------------------------------------------------------- shipped parser
 
 

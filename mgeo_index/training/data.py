@@ -96,10 +96,11 @@ def unlabeled_addresses(data_dir: Path) -> list[str]:
 
 
 def tagged_addresses(data_dir: Path) -> list[dict]:
+    """Every row of the TAGGED_FILES, each with ``file``: the name of the file it came from."""
     rows = []
     for name in TAGGED_FILES:
         with gzip.open(data_dir / "catalog" / name, "rt", encoding="utf-8") as fh:
-            rows.extend(json.loads(line) for line in fh if line.strip())
+            rows.extend(json.loads(line) | {"file": name} for line in fh if line.strip())
     return rows
 
 
