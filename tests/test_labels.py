@@ -179,6 +179,17 @@ def test_labels_export_and_import_round_trip_through_the_cli(index_with_queue, t
     from mgeo_index.evaluate import read_labeled_pairs
 
     assert read_labeled_pairs(out) == ([item["query"]], [item["candidates"][0]["address"]], [1])
+    # and train --pairs reads it as training pairs, the query its group
+    from mgeo_index.training.data import labelled_file_pairs
+
+    (pair,) = labelled_file_pairs(out)
+    assert (pair.a, pair.b, pair.label, pair.source) == (item["query"], item["candidates"][0]["address"], "partial_match",
+                                                         "labels:labels.tsv")
+    assert pair.group == query_text(item["query"])
+    (tmp_path / "pairs").mkdir()
+    result = runner.invoke(app, ["train", "--data", str(tmp_path), "--pairs", str(tmp_path / "missing.tsv")])
+    flat = "".join(result.output.replace("│", "").split())  # the message as rich wraps it in its box
+    assert result.exit_code == 2 and "missing.tsvdoesnotexist" in flat
 
     # import: an exact_match on a catalog address becomes a confirmed answer
     entry = idx.resolve("北京海淀东风路127号东方大厦", top_k=1)[0]

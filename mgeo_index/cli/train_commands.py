@@ -22,19 +22,23 @@ def train(
     cross_minutes: Annotated[float, typer.Option(help="Cross-encoder training budget.")] = _DEFAULT.cross_minutes,
     precision: Annotated[str, typer.Option(help="auto (bf16 on CUDA or AVX512-BF16/AMX CPUs, else fp32), fp32 or bf16.")] = _DEFAULT.precision,
     seed: int = _DEFAULT.seed,
+    pairs: Annotated[list[Path] | None, typer.Option("--pairs", help="More labelled pairs for the cross-encoder (repeatable): a, b, label files such as labels export writes.")] = None,
 ) -> None:
     """Train the tokenizer, bi-encoder and cross-encoder from the shared data.
 
     Finished stages are skipped when the command is re-run, so an interrupted run resumes.
 
-    Example: mgeo-index train --data ../shared/data --out runs/train
+    Example: mgeo-index train --data ../shared/data --out runs/train --pairs labels.tsv
     """
     from mgeo_index.training.train import train as run_training
 
     if not (data / "pairs").is_dir():
         raise typer.BadParameter(f"{data} has no pairs/ folder; point --data at the shared data folder.")
+    for path in pairs or []:
+        if not path.is_file():
+            raise typer.BadParameter(f"--pairs {path} does not exist")
     metrics = run_training(
         TrainConfig(data_dir=data, out=out, mlm_minutes=mlm_minutes, bi_minutes=bi_minutes,
-                    cross_minutes=cross_minutes, precision=precision, seed=seed, log=log)
+                    cross_minutes=cross_minutes, precision=precision, seed=seed, extra_pairs=tuple(pairs or ()), log=log)
     )
     console.print_json(data={k: metrics[k] for k in ("ccks_dev", "shenzhen_dev", "ccks_dev_retrieval", "minutes")})

@@ -29,4 +29,7 @@ class TrainConfig:
     # cross-encoder step on the 2-core EPYC with avx512_bf16), fp32 elsewhere (bf16 emulated is ~20× slower).
     precision: str = "auto"
     seed: int = 0
+    # more labelled pairs for the cross-encoder and its calibration: files such as `mgeo-index labels export`
+    # writes (a, b, label; or query, candidate, label; or addr1, addr2, 0/1), split by query like the rest
+    extra_pairs: tuple[Path, ...] = ()
     log: Callable[[str], None] = field(default=print, repr=False)

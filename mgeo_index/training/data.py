@@ -66,6 +66,16 @@ def shenzhen_train_pairs(data_dir: Path) -> list[Pair]:
     return _shenzhen_file(data_dir / "pairs" / "shenzhen_train.tsv.gz")
 
 
+def labelled_file_pairs(path: Path) -> list[Pair]:
+    """The pairs of a labelled file (``mgeo-index labels export``'s ``a, b, label``, or any form ``eval pairs``
+    reads), each query its own group (so its pairs share a split), source ``labels:<file name>``."""
+    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.text import normalize
+
+    a, b, gold = read_labeled_pairs(path)
+    return [Pair(normalize(x), x, y, LABELS[g], f"labels:{Path(path).name}") for x, y, g in zip(a, b, gold)]
+
+
 def all_pairs(data_dir: Path) -> list[Pair]:
     """Every labelled pair: CCKS (reported + extra round 1) and Shenzhen (val + train)."""
     return ccks_pairs(data_dir) + ccks_extra_pairs(data_dir) + shenzhen_pairs(data_dir) + shenzhen_train_pairs(data_dir)

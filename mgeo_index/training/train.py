@@ -287,16 +287,18 @@ def train(cfg: TrainConfig) -> dict:
     rng = random.Random(cfg.seed)
     ccks = data.ccks_pairs(cfg.data_dir)
     shenzhen = data.shenzhen_pairs(cfg.data_dir)
+    extra = [p for path in cfg.extra_pairs for p in data.labelled_file_pairs(path)]  # e.g. reviewers' labels
     tagged = data.tagged_addresses(cfg.data_dir)
     texts = data.corpus(cfg.data_dir, rng)
-    cfg.log(f"[data] {len(ccks)} CCKS pairs, {len(shenzhen)} Shenzhen pairs, {len(texts)} corpus texts")
+    cfg.log(f"[data] {len(ccks)} CCKS pairs, {len(shenzhen)} Shenzhen pairs, {len(extra)} pairs of --pairs files, "
+            f"{len(texts)} corpus texts")
     tokenizer = stage_tokenizer(cfg, texts)
     mlm_path, mlm_stats, pretrained_now = stage_mlm(cfg, tokenizer, texts)
     if pretrained_now:
         _invalidate_after_pretraining(cfg)
     bi_stats = stage_bi(cfg, tokenizer, mlm_path, ccks + shenzhen, tagged)
-    cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen)
-    calib_stats = stage_calibrate(cfg, ccks + shenzhen, ccks)
+    cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen + extra)
+    calib_stats = stage_calibrate(cfg, ccks + shenzhen + extra, ccks)
     bi = load_bi_encoder(cfg.out / "bi")
     cross = load_cross_encoder(cfg.out / "cross")
     metrics = {
