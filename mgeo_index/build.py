@@ -154,7 +154,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     device = settings.device(device)
     bi.to(device)
     backends.ensure(bi, backend, device=device)
-    faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
+    if factory != faiss_index.AUTO:
+        faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     if address_column is not None and address_column == id_column:
         raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
     db_url = settings.database_url(index_dir, db)
@@ -232,6 +233,10 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         result.vectors_added = published.vectors_added
         result.vectors_removed = published.vectors_removed
         result.index_path = str(index_dir / published.index_file)
+        if factory == faiss_index.AUTO:  # say what auto chose
+            result.index_factory = f"auto: {published.structure}" + (
+                f" (nprobe {published.tuning['nprobe']}: recall@10 {published.tuning['recall']:.3f} of exact search "
+                f"on {published.tuning['queries']} catalog vectors)" if published.tuning else "")
         result.seconds = timings
         return result
     except BaseException as exc:  # Ctrl-C included: record it, keep what is stored, re-raise

@@ -147,13 +147,16 @@ class Published:
     vectors_added: int
     vectors_removed: int
     seconds: dict[str, float] = field(default_factory=dict)
+    structure: str = ""  # the FAISS structure behind the factory ("auto" → "IVF4096,SQ8")
+    tuning: dict[str, Any] = field(default_factory=dict)  # faiss_index.tune_nprobe's choice, for a new auto IVF
 
 
 def _base_index(index_dir: Path, current: dict | None, descriptor: dict | None, fingerprint: str, factory: str):
     """The current FAISS index when the new generation can be derived from it (same model and factory,
     file intact), else None (everything is embedded again)."""
     if current is not None:
-        if (current["model_fingerprint"], current["index_factory"]) != (fingerprint, factory):
+        # "auto" keeps whatever structure the catalog has (it chooses only for a new index)
+        if current["model_fingerprint"] != fingerprint or factory not in (current["index_factory"], faiss_index.AUTO):
             return None
         path = index_dir / current["index_file"]
         if not path.is_file() or sha256_file(path) != current["checksums"].get(current["index_file"]):
@@ -200,7 +203,9 @@ def publish(
     index = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
     base_sparse = None if index is None else _base_sparse(index_dir, current)
     if index is None:
-        index = faiss_index.make_index(bi.dim, factory)
+        structure = faiss_index.auto_factory(len(store.entry_ids(engine, catalog_id)), bi.dim) \
+            if factory == faiss_index.AUTO else factory
+        index = faiss_index.make_index(bi.dim, structure)
     if device.startswith("cuda"):
         index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
     live = store.entry_ids(engine, catalog_id)
@@ -223,8 +228,11 @@ def publish(
         ids[done : done + len(batch)] = [e["id"] for e in batch]
         done += len(batch)
         crashpoint("embedding")
+    tuning: dict[str, Any] = {}
     if done:
         faiss_index.add(index, vectors[:done], ids[:done])
+        if factory == faiss_index.AUTO and done == int(index.ntotal):  # a new IVF index: probe enough lists
+            tuning = faiss_index.tune_nprobe(index, vectors[:done])
     del vectors  # the index holds its own copy
     timings["encode"] = time.perf_counter() - t0
 
@@ -259,7 +267,7 @@ def publish(
     collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
     timings["save"] = time.perf_counter() - t0
     return Published(generation_id, index_file, sparse_file, len(live), int(index.ntotal), int(missing.size),
-                     int(removed.size), timings)
+                     int(removed.size), timings, faiss_index.describe(index).get("factory") or "", tuning)
 
 
 # --------------------------------------------------------------------------- gc

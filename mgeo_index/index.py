@@ -29,7 +29,10 @@ import numpy as np
 from mgeo_index import files
 
 __all__ = [
+    "AUTO",
     "DEFAULT_EF_SEARCH",
+    "auto_factory",
+    "tune_nprobe",
     "DEFAULT_NPROBE",
     "add",
     "describe",
@@ -349,6 +352,63 @@ def set_search_params(
             quantizer_hnsw = getattr(_downcast(quantizer), "hnsw", None) if quantizer is not None else None
             if quantizer_hnsw is not None:
                 quantizer_hnsw.efSearch = int(ef_search)
+
+
+# --------------------------------------------------------------------------------------
+# Choosing a structure by catalog size ("auto")
+# --------------------------------------------------------------------------------------
+
+#: The factory string that lets :func:`auto_factory` choose by catalog size (the default of ``build``).
+AUTO = "auto"
+#: Up to this many vectors an exact Flat index (≈ 1 KB a 256-d row; a single query scans them all).
+FLAT_MAX_ROWS = 200_000
+#: Up to this many, an IVF index with 8-bit scalar-quantized vectors (a quarter of Flat's memory,
+#: recall close to it); beyond, product-quantized codes (dim / 8 bytes a row).
+SQ8_MAX_ROWS = 20_000_000
+#: The recall@10 (relative to exact search) the IVF probe count is tuned to hold.
+RECALL_TARGET = 0.98
+NPROBES = (4, 8, 16, 32, 64, 128, 256)
+
+
+def auto_factory(n_rows: int, dim: int) -> str:
+    """The factory string ``auto`` builds for ``n_rows`` vectors of ``dim``: Flat while it is small, then
+    ``IVF<nlist>,SQ8`` with about 4·√n lists (a power of two), then ``IVF<nlist>,PQ<dim/8>``."""
+    if n_rows <= FLAT_MAX_ROWS:
+        return "Flat"
+    # about 4·√n lists, and never more than the vectors train well (_POINTS_PER_CENTROID each)
+    nlist = min(2 ** round(math.log2(4 * math.sqrt(n_rows))), 2 ** int(math.log2(max(n_rows // _POINTS_PER_CENTROID, 1))))
+    return f"IVF{nlist},SQ8" if n_rows <= SQ8_MAX_ROWS else f"IVF{nlist},PQ{max(dim // 8, 1)}"
+
+
+def tune_nprobe(index: faiss.Index, vectors: np.ndarray, *, k: int = 10, sample: int = 1000,
+                target: float = RECALL_TARGET, seed: int = 0) -> dict[str, Any]:
+    """Set the smallest ``nprobe`` (of NPROBES) whose recall@``k`` on ``sample`` of the indexed ``vectors``
+    used as queries, against exact inner-product search over all of them, reaches ``target``; the last
+    one tried when none does. Returns {nprobe, recall, queries}. A no-op ({}) for a non-IVF index."""
+    parts = _ivf_parts(index)
+    if not parts or not len(vectors):
+        return {}
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False)
+    queries = np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    k = min(k, len(vectors))
+    exact = np.empty((len(queries), k), dtype=np.int64)
+    for start in range(0, len(queries), 100):  # exact top-k by blocks (memory: 100 × n scores)
+        scores = queries[start : start + 100] @ vectors.T
+        exact[start : start + 100] = np.argsort(-scores, axis=1)[:, :k]
+    ids = index_ids(index)
+    positions = np.full(int(ids.max()) + 1 if ids.size else 0, -1, dtype=np.int64)
+    positions[ids] = np.arange(ids.size)  # FAISS ids → row of ``vectors`` (added in that order)
+    best: dict[str, Any] = {}
+    for nprobe in NPROBES:
+        set_search_params(index, nprobe=nprobe)
+        _, found = index.search(queries, k)
+        found_rows = np.where(found >= 0, positions[np.clip(found, 0, None)], -1)
+        recall = float(np.mean([len(set(f) & set(e)) / k for f, e in zip(found_rows, exact)]))
+        best = {"nprobe": int(min(nprobe, parts[0].nlist)), "recall": round(recall, 4), "queries": len(queries)}
+        if recall >= target or nprobe >= parts[0].nlist:
+            break
+    return best
 
 
 # --------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ DEFAULT_BI_MODEL = DEFAULT_MODEL_DIR / "bi"
 DEFAULT_CROSS_MODEL = DEFAULT_MODEL_DIR / "cross"
 SAMPLE_CATALOG = PACKAGE_DIR / "data" / "sample_catalog.csv"
 DB_FILENAME = "mgeo.db"
-DEFAULT_INDEX_FACTORY = "Flat"
+DEFAULT_INDEX_FACTORY = "auto"  # index.auto_factory: Flat while small, then IVF with quantized vectors
 DEFAULT_CATALOG = "default"
 LABELS = ("exact_match", "partial_match", "not_match")
 # Queries and pair sides are cut to this many characters (after normalization) before encoding, n-gram

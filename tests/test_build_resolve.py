@@ -260,3 +260,21 @@ def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, 
     (matches,) = resolver.resolve(["深圳南山中山路７５号东方科技园９号楼"], top_k=5)
     assert seen == [10]  # no prescreen cut: the feature head is the whole scorer
     assert matches[0]["source_id"] == "P0001" and len(matches) == 5
+
+
+def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_path, sample_catalog, monkeypatch):
+    from mgeo_index import index as faiss_index
+    from mgeo_index.build import build
+    from mgeo_index.generations import read_descriptor
+
+    flat = build(sample_catalog, tmp_path / "flat", id_column="poi_id", device="cpu")  # the default: auto
+    assert flat.index_factory == "auto: Flat" and read_descriptor(tmp_path / "flat")["index_factory"] == "auto"
+    monkeypatch.setattr(faiss_index, "FLAT_MAX_ROWS", 100)  # the sample's 300 rows count as a large catalog
+    ivf = build(sample_catalog, tmp_path / "ivf", id_column="poi_id", device="cpu")
+    assert ivf.index_factory.startswith("auto: IVF4,SQ8 (nprobe ") and "recall@10" in ivf.index_factory
+    flat_top = [m[0]["source_id"] for m in open_resolver(tmp_path / "flat").resolve(["深圳南山中山路75号东方科技园9号楼"])]
+    ivf_top = [m[0]["source_id"] for m in open_resolver(tmp_path / "ivf").resolve(["深圳南山中山路75号东方科技园9号楼"])]
+    assert flat_top == ivf_top == ["P0001"]
+    # a re-build keeps the structure it has (auto chooses only for a new index) and embeds nothing again
+    again = build(sample_catalog, tmp_path / "ivf", id_column="poi_id", device="cpu")
+    assert again.vectors_added == 0 and again.index_factory.startswith("auto: IVF4,SQ8")

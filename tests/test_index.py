@@ -210,3 +210,29 @@ def test_describe(flat: faiss.Index) -> None:
     assert info["metric"] == "ip" and info["on_gpu"] is False
     for factory in ("HNSW16", "IVF16,Flat", "IVF16_HNSW32,Flat", "IVF16,PQ4", "IVF16,SQfp16", "PQ4x4", "SQ8"):
         assert I.describe(I.make_index(DIM, factory))["factory"] == factory
+
+
+def test_auto_chooses_flat_while_small_then_quantized_ivf():
+    assert I.auto_factory(300, 256) == "Flat" and I.auto_factory(I.FLAT_MAX_ROWS, 256) == "Flat"
+    assert I.auto_factory(1_000_000, 256) == "IVF4096,SQ8"  # 4·√n = 4000 lists → 4096
+    assert I.auto_factory(50_000_000, 256) == "IVF32768,PQ32"
+    for n in (300, 1_000_000, 50_000_000):  # every choice is a valid factory string
+        I.make_index(256, I.auto_factory(n, 256))
+
+
+def test_tune_nprobe_picks_the_smallest_probe_count_holding_the_recall():
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(64, DIM)).astype(np.float32)
+    x = centers[rng.integers(0, 64, 6000)] + 0.3 * rng.normal(size=(6000, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = I.make_index(DIM, "IVF64,SQ8")
+    I.add(index, x, np.arange(10, 6010))  # ids need not be row numbers
+    tuned = I.tune_nprobe(index, x, sample=200, target=0.95)
+    assert tuned["recall"] >= 0.95 and tuned["queries"] == 200
+    assert tuned["nprobe"] < 64  # fewer lists than all of them hold it
+    if tuned["nprobe"] > I.NPROBES[0]:  # and the next smaller count did not
+        fewer = I.tune_nprobe(index, x, sample=200, target=0.0)  # the smallest count, whatever its recall
+        assert fewer["nprobe"] == I.NPROBES[0] and fewer["recall"] < 0.95
+    exhaustive = I.tune_nprobe(index, x, sample=200, target=1.01)  # never reached: every count up to nlist
+    assert exhaustive["nprobe"] == 64 and exhaustive["recall"] > tuned["recall"] - 1e-9
+    assert I.tune_nprobe(I.make_index(DIM, "Flat"), x) == {}

@@ -19,7 +19,7 @@ def build(
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
     address_column: AddressColumn = None,
     id_column: Annotated[str | None, typer.Option(help="Column holding the catalog's own id (kept in results).")] = None,
-    index: Annotated[str, typer.Option("--index", help="FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
+    index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
     db: Db = None,
     model: Model = None,
