@@ -116,6 +116,7 @@ def test_offline_sql_generation(capsys) -> None:
     command.upgrade(store.alembic_config("postgresql://nobody@nowhere/none"), "head", sql=True)
     sql = capsys.readouterr().out
     assert "CREATE TABLE catalogs" in sql and "CREATE TABLE entries" in sql and "CREATE TABLE builds" in sql
+    assert "ALTER TABLE entries ALTER COLUMN id TYPE BIGINT" in sql and "ALTER SEQUENCE entries_id_seq AS bigint" in sql
 
 
 def test_postgresql_upgrade_downgrade(pg_url: str) -> None:
@@ -171,3 +172,30 @@ def test_sqlite_0003_keeps_entries_and_autoincrement(sqlite_url: str) -> None:
 
 def test_postgresql_0003_keeps_entries(pg_url: str) -> None:
     _upgrade_keeps_entries(pg_url)
+
+
+def test_postgresql_entry_ids_are_64_bit(pg_url: str) -> None:
+    """Migration 0006: an entry id past 2^31 (a national catalog's) is stored and referenced."""
+    from sqlalchemy import text
+
+    engine = store.connect(pg_url)
+    try:
+        cid = store.get_or_create_catalog(engine, "national", source="x.csv", address_column="address", id_column=None)
+        big = 2**31 + 5
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO entries (id, catalog_id, key, address, normalized, line, created_at) "
+                              "VALUES (:id, :cid, 'k', '北京市朝阳区建国路88号', '北京市朝阳区建国路88号', 2, now())"),
+                         {"id": big, "cid": cid})
+            types = dict(conn.execute(text(
+                "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+                "WHERE (table_name, column_name) IN (('entries', 'id'), ('entry_elements', 'entry_id'), ('labels', 'entry_id'))")).all())
+            sequence = conn.execute(text("SELECT data_type FROM information_schema.sequences "
+                                         "WHERE sequence_name = 'entries_id_seq'")).scalar()
+        assert types == {"entries.id": "bigint", "entry_elements.entry_id": "bigint", "labels.entry_id": "bigint"}
+        assert sequence == "bigint"
+        assert store.get_entries(engine, [big])[big]["address"] == "北京市朝阳区建国路88号"
+        store.add_labels(engine, [{"query": "q", "query_normalized": "q", "entry_id": big, "entry_address": "a",
+                                   "label": "exact_match"}], reviewer="ana")
+        assert store.confirmations(engine, ["q"])["q"]["confirmed"] == [big]
+    finally:
+        engine.dispose()

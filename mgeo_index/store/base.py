@@ -14,7 +14,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import BigInteger, Engine, Integer, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
@@ -29,6 +29,11 @@ def _utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     pass
+
+
+#: An entry id (= its FAISS vector id): 64-bit (migration 0006). SQLite's INTEGER is 64-bit already and must
+#: stay INTEGER to be the AUTOINCREMENT rowid.
+EntryId = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def _as_dict(obj: Base) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from mgeo_index.store.base import _IN_CHUNK, Base, _utcnow
+from mgeo_index.store.base import _IN_CHUNK, Base, EntryId, _utcnow
 
 
 class Catalog(Base):
@@ -61,7 +61,7 @@ class Entry(Base):
         {"sqlite_autoincrement": True},
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(EntryId, primary_key=True, autoincrement=True)
     catalog_id: Mapped[int] = mapped_column(
         Integer,
         ForeignKey("catalogs.id", name="fk_entries_catalog_id", ondelete="CASCADE"),
@@ -352,7 +352,7 @@ class EntryElements(Base):
     )
 
     entry_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("entries.id", name="fk_entry_elements_entry_id", ondelete="CASCADE"), primary_key=True
+        EntryId, ForeignKey("entries.id", name="fk_entry_elements_entry_id", ondelete="CASCADE"), primary_key=True
     )
     elements: Mapped[list[Any]] = mapped_column(JSON, nullable=False)
     admin: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)

@@ -16,7 +16,7 @@ from sqlalchemy import JSON, Boolean, DateTime, Engine, Float, ForeignKey, Index
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mgeo_index.settings import LABELS
-from mgeo_index.store.base import _IN_CHUNK, Base, _utcnow
+from mgeo_index.store.base import _IN_CHUNK, Base, EntryId, _utcnow
 from mgeo_index.store.catalogs import Entry
 
 # A reviewer's decision on an item and the label each candidate gets from it: ``exact`` / ``partial``
@@ -65,7 +65,7 @@ class Label(Base):
         Integer, ForeignKey("review_items.id", name="fk_labels_item_id", ondelete="SET NULL"))
     query: Mapped[str] = mapped_column(Text, nullable=False)
     query_normalized: Mapped[str] = mapped_column(Text, nullable=False)
-    entry_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("entries.id", name="fk_labels_entry_id", ondelete="SET NULL"))
+    entry_id: Mapped[int | None] = mapped_column(EntryId, ForeignKey("entries.id", name="fk_labels_entry_id", ondelete="SET NULL"))
     entry_address: Mapped[str] = mapped_column(Text, nullable=False)
     label: Mapped[str] = mapped_column(String(16), nullable=False)
     decision: Mapped[str] = mapped_column(String(16), nullable=False)
