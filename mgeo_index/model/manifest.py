@@ -58,11 +58,12 @@ def read_manifest(path: str | Path, kind: str) -> dict:
 _VOLATILE_KEYS = {"padding", "truncation", "transformers_version", "versions", "dtype", "torch_dtype", "_name_or_path"}
 
 
-def fingerprint(path: str | Path) -> str:
-    """A short content hash of what defines the model's outputs (weights, vocabulary, settings)."""
+def fingerprint(path: str | Path, files: tuple[str, ...] = _FINGERPRINT_FILES) -> str:
+    """A short content hash of what defines the model's outputs (weights, vocabulary, settings); ``files``:
+    hash these of the directory's files instead (e.g. the network's alone)."""
     path = Path(path)
     digest = hashlib.sha256()
-    for name in _FINGERPRINT_FILES:
+    for name in files:
         file = path / name
         if not file.exists():
             continue

@@ -17,7 +17,6 @@ its parent. :mod:`mgeo_index.model.loading` opens an index with the active versi
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import random
 import shutil
@@ -28,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from mgeo_index import kernels, settings
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
@@ -37,7 +35,6 @@ from mgeo_index.model.manifest import MANIFEST, fingerprint, write_manifest
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
 from mgeo_index.training import calibrate
-from mgeo_index.training.loops import class_weights
 
 REPLAY_FILE = "calibration_replay.npz"
 MIN_LABELS = 20
@@ -64,20 +61,7 @@ class AdaptError(ValueError):
 def network_fingerprint(path: str | Path) -> str:
     """A hash of the files that define the network's logits (weights, config, vocabulary): an adapted
     version shares them with the shipped model, so one replay serves both."""
-    from mgeo_index.model.manifest import _VOLATILE_KEYS
-
-    digest = hashlib.sha256()
-    for name in _NETWORK_FILES:
-        file = Path(path) / name
-        if not file.exists():
-            continue
-        digest.update(name.encode())
-        if name.endswith(".json"):
-            content = {k: v for k, v in json.loads(file.read_text()).items() if k not in _VOLATILE_KEYS}
-            digest.update(json.dumps(content, sort_keys=True, ensure_ascii=False).encode())
-        else:
-            digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]
+    return fingerprint(path, files=_NETWORK_FILES)
 
 
 @dataclass
@@ -250,21 +234,11 @@ def finetune_head(head: FeatureHead, x: np.ndarray, y: np.ndarray, *, epochs: in
     """A copy of ``head`` trained ``epochs`` more on (features, LABELS index) with the recipe it was
     trained with (:func:`calibrate.train_feature_head`: class-weighted cross-entropy, AdamW), at a lower
     learning rate: it starts from weights that already fit the calibration data."""
-    head = copy.deepcopy(head).train()
+    head = copy.deepcopy(head)
     if epochs <= 0:
         return head.eval()
-    torch.manual_seed(seed)
     xt, yt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64))
-    weights = class_weights(yt.tolist())
-    optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(yt), generator=generator).split(256):
-            loss = F.cross_entropy(head(xt[idx]), yt[idx], weight=weights)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return head.eval()
+    return calibrate.train_feature_head(xt, yt, epochs=epochs, seed=seed, head=head, lr=lr)
 
 
 def sibling(cross: CrossEncoder) -> CrossEncoder:
