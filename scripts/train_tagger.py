@@ -17,7 +17,10 @@ parser.add_argument("--out", type=Path, default=DEFAULT_DIR)
 parser.add_argument("--minutes", type=float, default=15.0)
 parser.add_argument("--files", default=None,
                     help="comma-separated tagged files to train on (default: all; the test split is always all files')")
+parser.add_argument("--unmask-digits", action="store_true",
+                    help="train on the track-2 file's masked digits drawn again (evaluation always draws them)")
 args = parser.parse_args()
 files = tuple(args.files.split(",")) if args.files else None
-metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files)
+metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files,
+                       unmask=args.unmask_digits)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))
