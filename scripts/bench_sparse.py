@@ -1,6 +1,7 @@
 """What the character n-gram index (mgeo_index.sparse) costs as the catalog grows: build time, its size in
-memory and on disk, and single-query search latency, at each of --rows synthesized catalog sizes (the same
-synthesizer as `mgeo-index bench --build-rows`). For issue #18: whether the in-memory matrix holds at 10^6.
+memory and on disk, and single-query search latency — pruned (the default: candidates share a rare n-gram) and
+unpruned side by side, with how much of the unpruned top 20 the pruned search keeps — at each of --rows
+synthesized catalog sizes (the same synthesizer as `mgeo-index bench --build-rows`). For issue #18.
 
     python scripts/bench_sparse.py --data ../shared/data --rows 50000,200000,1000000
 """
@@ -47,16 +48,28 @@ with tempfile.TemporaryDirectory() as tmp:
         queries = [t[rng.randrange(0, 4):] for t in rng.sample(texts, args.queries)]  # a few leading characters cut
         index.search(queries[:2], 20)  # the transposed matrix is built once, on the first search
         after = rss_mib()
-        times = []
+        times, found = [], []
         for q in queries:
             t0 = time.perf_counter()
-            index.search([q], 20)
+            found.append(index.search([q], 20)[1][0])
             times.append((time.perf_counter() - t0) * 1000)
+        # the same searches without pruning (no n-gram common): exact top 20, and its time, side by side
+        pruning, index._common = index._common, np.zeros_like(index._common)
+        exact_times, overlap = [], []
+        for q, mine in zip(queries, found):
+            t0 = time.perf_counter()
+            exact = index.search([q], 20)[1][0]
+            exact_times.append((time.perf_counter() - t0) * 1000)
+            overlap.append(len(set(mine[mine >= 0]) & set(exact[exact >= 0])) / max((exact >= 0).sum(), 1))
+        index._common = pruning
         row = {"rows": n, "build_s": round(build_s, 1), "rows_per_s": round(n / build_s), "nnz": int(index.matrix.nnz),
                "vocabulary": len(index.vocabulary), "matrix_mib": round(matrix_mib, 1),
                "rss_growth_mib": round(after - before, 1), "file_mib": round(file.stat().st_size / 2**20, 1),
                "search_p50_ms": round(float(np.percentile(times, 50)), 1),
-               "search_p99_ms": round(float(np.percentile(times, 99)), 1)}
+               "search_p99_ms": round(float(np.percentile(times, 99)), 1),
+               "unpruned_p50_ms": round(float(np.percentile(exact_times, 50)), 1),
+               "unpruned_p99_ms": round(float(np.percentile(exact_times, 99)), 1),
+               "top20_overlap_with_unpruned": round(float(np.mean(overlap)), 4)}
         print(json.dumps(row), flush=True)
         out.append(row)
         del index, texts

@@ -52,3 +52,30 @@ def test_update_sparse_drops_and_adds_rows_like_a_rebuild():
     assert got[:, 0].tolist() == want[:, 0].tolist() == [5, 3, 6, 4]
     assert 2 not in updated.search(["上海浦东世纪大道100号"], 5)[1]  # the removed entry is gone
     assert updated.search(["无关的文字"], 3)[1].tolist() == [[-1, -1, -1]]
+
+
+def test_common_ngrams_alone_do_not_make_candidates_but_scores_stay_exact(monkeypatch):
+    from mgeo_index import sparse as sp
+
+    monkeypatch.setattr(sp, "COMMON_MIN_ENTRIES", 5)  # a small catalog where 广东省深圳市 is in every row
+    texts = [f"广东省深圳市南山区中山路{i}号" for i in range(40)] + ["广东省深圳市福田区深南大道1号东方大厦",
+                                                                    "广东省深圳市罗湖区人民南路2号国贸大厦"]
+    index = sp.build_sparse(texts, list(range(100, 142)))
+    query = "深圳福田深南大道1号东方大厦"
+    scores, ids = index.search([query], 5)
+    assert ids[0][0] == 140
+    assert index._common[index.vocabulary["深圳"]] and not index._common[index.vocabulary["东方"]]
+    # the pruned scores are the exact cosines of the candidates
+    exact = index._vectorize([query]).dot(index.matrix.T).toarray().ravel()
+    assert abs(scores[0][0] - exact[40]) < 1e-6
+    # candidates only via rare n-grams: every entry returned shares one with the query (just 广东省深圳市 is not enough)
+    rare = {g for g in sp.ngrams(query) if g in index.vocabulary and not index._common[index.vocabulary[g]]}
+    returned = [texts[i - 100] for i in ids[0] if i >= 0]
+    assert returned and all(rare & set(sp.ngrams(t)) for t in returned)
+    assert "广东省深圳市罗湖区人民南路2号国贸大厦" not in returned
+    # a query made only of common n-grams still searches every entry that shares one
+    _, only_common = index.search(["广东省深圳市"], 3)
+    assert (only_common[0] >= 0).all()
+    # without pruning (nothing common) the same best answer
+    index._common = np.zeros_like(index._common)
+    assert index.search([query], 1)[1][0][0] == 140
