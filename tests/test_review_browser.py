@@ -19,12 +19,11 @@ pytest.importorskip("selenium", reason="selenium is not installed (pip install -
 
 import uvicorn  # noqa: E402
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from mgeo_index import AddressIndex, store  # noqa: E402
@@ -87,6 +86,17 @@ def chromium():
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 
+def _detached(element) -> bool:
+    """Whether ``element`` left the document (the page was replaced). Chromium sometimes answers for a node
+    of the old page with "Node with given id does not belong to the document" (a plain WebDriverException)
+    rather than a stale-element error: both mean gone."""
+    try:
+        element.is_enabled()
+        return False
+    except WebDriverException:  # StaleElementReferenceException is one too
+        return True
+
+
 def press(driver, keys: str) -> None:
     """Type ``keys`` to the page (no element focused: the page's own key handler), then wait for the next page."""
     body = driver.find_element(By.TAG_NAME, "body")
@@ -94,7 +104,7 @@ def press(driver, keys: str) -> None:
     for key in keys:
         actions.send_keys(Keys.ENTER if key == "\n" else key)
     actions.perform()
-    WebDriverWait(driver, 10).until(EC.staleness_of(body))
+    WebDriverWait(driver, 10).until(lambda _: _detached(body))
     WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
