@@ -200,15 +200,15 @@ def publish(
         descriptor = read_descriptor(index_dir)
     except FileNotFoundError:
         descriptor = None
+    live = store.entry_ids(engine, catalog_id)
     index = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
     base_sparse = None if index is None else _base_sparse(index_dir, current)
     if index is None:
-        structure = faiss_index.auto_factory(len(store.entry_ids(engine, catalog_id)), bi.dim) \
+        structure = faiss_index.auto_factory(len(live), bi.dim) \
             if factory == faiss_index.AUTO else factory
         index = faiss_index.make_index(bi.dim, structure)
     if device.startswith("cuda"):
         index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
-    live = store.entry_ids(engine, catalog_id)
     present = faiss_index.index_ids(index)
     removed = np.setdiff1d(present, live)
     missing = np.setdiff1d(live, present)

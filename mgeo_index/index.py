@@ -396,14 +396,13 @@ def tune_nprobe(index: faiss.Index, vectors: np.ndarray, *, k: int = 10, sample:
     for start in range(0, len(queries), 100):  # exact top-k by blocks (memory: 100 × n scores)
         scores = queries[start : start + 100] @ vectors.T
         exact[start : start + 100] = np.argsort(-scores, axis=1)[:, :k]
-    ids = index_ids(index)
-    positions = np.full(int(ids.max()) + 1 if ids.size else 0, -1, dtype=np.int64)
-    positions[ids] = np.arange(ids.size)  # FAISS ids → row of ``vectors`` (added in that order)
+    ids = index_ids(index)  # FAISS ids in the order their vectors were added: row i of ``vectors`` is ids[i]
+    order = np.argsort(ids)  # id → row by binary search (ids are 64-bit and sparse: no table indexed by id)
     best: dict[str, Any] = {}
     for nprobe in NPROBES:
         set_search_params(index, nprobe=nprobe)
         _, found = index.search(queries, k)
-        found_rows = np.where(found >= 0, positions[np.clip(found, 0, None)], -1)
+        found_rows = np.where(found >= 0, order[np.clip(np.searchsorted(ids, found, sorter=order), 0, ids.size - 1)], -1)
         recall = float(np.mean([len(set(f) & set(e)) / k for f, e in zip(found_rows, exact)]))
         best = {"nprobe": int(min(nprobe, parts[0].nlist)), "recall": round(recall, 4), "queries": len(queries)}
         if recall >= target or nprobe >= parts[0].nlist:

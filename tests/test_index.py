@@ -235,4 +235,8 @@ def test_tune_nprobe_picks_the_smallest_probe_count_holding_the_recall():
         assert fewer["nprobe"] == I.NPROBES[0] and fewer["recall"] < 0.95
     exhaustive = I.tune_nprobe(index, x, sample=200, target=1.01)  # never reached: every count up to nlist
     assert exhaustive["nprobe"] == 64 and exhaustive["recall"] > tuned["recall"] - 1e-9
+    # 64-bit, sparse ids (a national catalog's): the same choice, no table indexed by id
+    big = I.make_index(DIM, "IVF64,SQ8")
+    I.add(big, x, 2**40 + 7 * np.arange(6000))
+    assert I.tune_nprobe(big, x, sample=200, target=0.95) == tuned
     assert I.tune_nprobe(I.make_index(DIM, "Flat"), x) == {}
