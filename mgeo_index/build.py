@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import backends, generations, index as faiss_index, settings, store
+from mgeo_index import backends, generations, index as faiss_index, settings, store, vector_store as vector_stores
 from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -130,10 +130,13 @@ def build(
     parse_elements: bool = True,
     on_progress: Progress | None = None,
     kind: str = "build",
+    vector_store: str | None = None,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
+    ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.vector_store`: ``faiss`` files in the
+    index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
     """
     index_dir = Path(index_dir)
     if index_dir.exists() and not index_dir.is_dir():
@@ -141,11 +144,11 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements)
+                             backend, chunk_size, on_progress, kind, parse_elements, vector_store)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  backend, chunk_size, on_progress, kind, parse_elements) -> BuildResult:
+                  backend, chunk_size, on_progress, kind, parse_elements, vector_store) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -156,6 +159,13 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     backends.ensure(bi, backend, device=device)
     if factory != faiss_index.AUTO:
         faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
+    planned = vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
+    if planned is None and (index_dir / generations.DESCRIPTOR).is_file():
+        try:
+            planned = generations.read_descriptor(index_dir).get("vector_store")
+        except FileNotFoundError:
+            pass
+    vector_stores.validate(planned, index_dir, factory, bi.dim)
     if address_column is not None and address_column == id_column:
         raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
     db_url = settings.database_url(index_dir, db)
@@ -190,7 +200,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)
-    generations.ensure_descriptor(index_dir, catalog, db_url)
+    generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
                          id_column=reader.id_column)
@@ -218,7 +228,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         result.rejects_path = str(rejects_path) if result.rows_rejected else None
         published = generations.publish(
             engine_, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi, factory=factory,
-            device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size,
+            device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size, vector_store_url=vector_store,
             build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
                           "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
                           "seconds": time.perf_counter() - started,
@@ -232,7 +242,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         result.vectors_total = published.vectors_total
         result.vectors_added = published.vectors_added
         result.vectors_removed = published.vectors_removed
-        result.index_path = str(index_dir / published.index_file)
+        result.index_path = published.where
         if factory == faiss_index.AUTO:  # say what auto chose
             result.index_factory = f"auto: {published.structure}" + (
                 f" (nprobe {published.tuning['nprobe']}: recall@10 {published.tuning['recall']:.3f} of exact search "

@@ -5,7 +5,7 @@ exactly what a power cut or the OOM killer does.  The points, in the order a wri
 
 - ``stored``: the rows are committed to the store, nothing is embedded yet;
 - ``embedding``: the first batch of new entries is embedded, the rest is not;
-- ``index-write``: the FAISS file is written, the n-gram index file is half written;
+- ``index-write``: the FAISS file (or Milvus collection) is written, the n-gram index file is half written;
 - ``switch``: every file of the new generation is complete, the pointer has not moved.
 """
 from __future__ import annotations

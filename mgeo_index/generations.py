@@ -2,9 +2,10 @@
 catalog's pointer in one database transaction; readers follow the pointer; ``gc`` drops old ones;
 ``check`` verifies that store and index agree and ``repair`` rebuilds what the store can rebuild.
 
-A generation is immutable: its FAISS file (``index-<build>.faiss``), its character n-gram file
-(``sparse-<build>.npz``), their SHA-256 checksums, the SHA-256 of its sorted entry ids, its model
-fingerprint and factory, recorded in table ``generations``.  ``catalogs.current_generation_id`` is
+A generation is immutable: its FAISS file (``index-<build>.faiss``; or its Milvus collection, see
+:mod:`mgeo_index.vector_store`), its character n-gram file (``sparse-<build>.npz``), their SHA-256
+checksums, the SHA-256 of its sorted entry ids, its model fingerprint and factory, recorded in table
+``generations``.  ``catalogs.current_generation_id`` is
 the pointer (see :func:`store.switch_generation`).  ``index.json`` in the index directory names the
 catalog and mirrors the current generation for people and old readers; the database is authoritative.
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import files, inference as encoder, index as faiss_index, sparse as sparse_index, store
+from mgeo_index import files, inference as encoder, index as faiss_index, sparse as sparse_index, store, vector_store
 from mgeo_index.crashpoints import crashpoint
 
 DESCRIPTOR = "index.json"
@@ -52,11 +53,14 @@ def read_descriptor(index_dir: str | Path) -> dict:
         raise FileNotFoundError(f"{path} is not valid JSON ({exc}); `mgeo-index check --repair --index-dir {index_dir}` rewrites it.") from None
 
 
-def ensure_descriptor(index_dir: Path, catalog: str, db_url: str) -> None:
-    """Write ``index.json`` naming the catalog before the first generation exists."""
+def ensure_descriptor(index_dir: Path, catalog: str, db_url: str, vector_store_url: str | None = None) -> None:
+    """Write ``index.json`` naming the catalog (and a vector store other than FAISS files) before the first
+    generation exists."""
     path = index_dir / DESCRIPTOR
     if not path.exists():
-        files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url)})
+        vectors = vector_store.recorded(vector_store_url)
+        files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url),
+                                       **({"vector_store": vectors} if vectors else {})})
 
 
 class ServedElsewhere(ValueError):
@@ -66,12 +70,16 @@ class ServedElsewhere(ValueError):
 def ensure_served_here(index_dir: Path, catalog: str, generation: dict | None) -> None:
     """Refuse to write catalog ``catalog`` from ``index_dir`` when its current ``generation`` (the database's
     pointer) has no files in it: the catalog is served from another index directory sharing this database,
-    and a write from here would move its readers' pointer to files they cannot see."""
-    if generation is None or (Path(index_dir) / generation["index_file"]).exists():
+    and a write from here would move its readers' pointer to files they cannot see. (A generation whose
+    vectors are in a vector store keeps its n-gram file in the directory that wrote it.)"""
+    if generation is None:
+        return
+    local = generation["sparse_file"] if generation.get("vector_store") else generation["index_file"]
+    if local and (Path(index_dir) / local).exists():
         return
     raise ServedElsewhere(
         f"catalog {catalog!r} in this database is served from another index directory: its current generation "
-        f"({generation['index_file']}) is not in {index_dir}. Write it from that directory, or give this one a "
+        f"({local}) is not in {index_dir}. Write it from that directory, or give this one a "
         f"catalog of its own (--catalog NAME); if this is that directory and its files were lost, run "
         f"`mgeo-index check --repair --index-dir {index_dir}`"
     )
@@ -98,6 +106,7 @@ def descriptor_of(generation: dict, catalog: str, db_url: str) -> dict:
         "model_fingerprint": generation["model_fingerprint"],
         "model_path": generation["model_path"],
         "database": redact(db_url),
+        **({"vector_store": generation["vector_store"]} if generation.get("vector_store") else {}),
     }
 
 
@@ -149,6 +158,7 @@ class Published:
     seconds: dict[str, float] = field(default_factory=dict)
     structure: str = ""  # the FAISS structure behind the factory ("auto" → "IVF4096,SQ8")
     tuning: dict[str, Any] = field(default_factory=dict)  # faiss_index.tune_nprobe's choice, for a new auto IVF
+    where: str = ""  # the FAISS file, or the vector store and collection (for people)
 
 
 def _base_index(index_dir: Path, current: dict | None, descriptor: dict | None, fingerprint: str, factory: str):
@@ -157,6 +167,8 @@ def _base_index(index_dir: Path, current: dict | None, descriptor: dict | None, 
     if current is not None:
         # "auto" keeps whatever structure the catalog has (it chooses only for a new index)
         if current["model_fingerprint"] != fingerprint or factory not in (current["index_factory"], faiss_index.AUTO):
+            return None
+        if current.get("vector_store"):  # the vectors are in another store (a build moving the catalog to FAISS files)
             return None
         path = index_dir / current["index_file"]
         if not path.is_file() or sha256_file(path) != current["checksums"].get(current["index_file"]):
@@ -179,15 +191,38 @@ def _base_sparse(index_dir: Path, current: dict | None):
     return sparse_index.load(path)
 
 
+def _draft(index_dir: Path, location: vector_store.Location | None, *, catalog: str, build_id: int,
+           current: dict | None, descriptor: dict | None, bi, factory: str, n_live: int, device: str,
+           from_scratch: bool):
+    """The next generation's vectors, started from the current generation's when they can be reused (same
+    store, model and factory, intact), else empty (everything is embedded again)."""
+    if location is None:
+        base = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
+        return vector_store.FaissDraft(index_dir, build_id, base, dim=bi.dim, factory=factory, n_live=n_live, device=device)
+    reusable = (not from_scratch and current is not None and current.get("vector_store") == location.url
+                and current["model_fingerprint"] == bi.fingerprint and factory in (current["index_factory"], faiss_index.AUTO))
+    draft = vector_store.MilvusDraft(location, catalog, build_id, current["index_file"] if reusable else None,
+                                     dim=bi.dim, factory=factory, n_live=n_live)
+    try:
+        if draft.reused and ids_sha256(draft.ids()) != current["ids_sha256"]:
+            draft.forget_base()  # the collection was changed behind the store's back: its vectors are not trusted
+    except BaseException:
+        draft.close()
+        raise
+    return draft
+
+
 def publish(
     engine, index_dir: Path, *, catalog: str, catalog_id: int, build_id: int, bi, factory: str, device: str,
     db_url: str, kind: str, build_fields: dict[str, Any] | None = None, on_progress: Progress | None = None,
-    chunk_size: int = 5000, from_scratch: bool = False,
+    chunk_size: int = 5000, from_scratch: bool = False, vector_store_url: str | None = None,
 ) -> Published:
     """Write the generation matching the store's live entries beside the current one and switch to it.
 
     The caller holds the writer lock and has committed its row changes.  Derived from the current
     generation: retired entries' vectors are removed, live entries without one are embedded.
+    ``vector_store_url``: where the new generation's vectors go (:mod:`vector_store`; ``faiss`` for files in
+    the index directory); None keeps the current generation's store (``index.json``'s before the first).
     """
     import time
 
@@ -200,74 +235,73 @@ def publish(
         descriptor = read_descriptor(index_dir)
     except FileNotFoundError:
         descriptor = None
+    if vector_store_url is None:
+        vector_store_url = current.get("vector_store") if current is not None else (descriptor or {}).get("vector_store")
+    location = vector_store.parse(vector_store_url, index_dir)
     live = store.entry_ids(engine, catalog_id)
-    index = None if from_scratch else _base_index(index_dir, current, descriptor, bi.fingerprint, factory)
-    base_sparse = None if index is None else _base_sparse(index_dir, current)
-    if index is None:
-        structure = faiss_index.auto_factory(len(live), bi.dim) \
-            if factory == faiss_index.AUTO else factory
-        index = faiss_index.make_index(bi.dim, structure)
-    if device.startswith("cuda"):
-        index = faiss_index.to_gpu(index)  # no-op without a FAISS GPU build; saved back on the CPU
-    present = faiss_index.index_ids(index)
-    removed = np.setdiff1d(present, live)
-    missing = np.setdiff1d(live, present)
-    if removed.size:
-        index = faiss_index.remove(index, removed)
-    timings["load"] = time.perf_counter() - t0
+    draft = _draft(index_dir, location, catalog=catalog, build_id=build_id, current=current, descriptor=descriptor,
+                   bi=bi, factory=factory, n_live=len(live), device=device, from_scratch=from_scratch)
+    try:
+        base_sparse = _base_sparse(index_dir, current) if draft.reused else None
+        present = draft.ids()
+        removed = np.setdiff1d(present, live)
+        missing = np.setdiff1d(live, present)
+        draft.remove(removed)
+        timings["load"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    progress("encode", 0, len(missing))
-    # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
-    vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
-    for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
-        texts = [e["normalized"] for e in batch]
-        new_texts += texts
-        vectors[done : done + len(batch)] = encoder.encode(bi, texts, device=device,
-                                                           on_batch=lambda n: progress("encode", n, len(missing)))
-        ids[done : done + len(batch)] = [e["id"] for e in batch]
-        done += len(batch)
-        crashpoint("embedding")
-    tuning: dict[str, Any] = {}
-    if done:
-        faiss_index.add(index, vectors[:done], ids[:done])
-        if factory == faiss_index.AUTO and done == int(index.ntotal):  # a new IVF index: probe enough lists
-            tuning = faiss_index.tune_nprobe(index, vectors[:done])
-    del vectors  # the index holds its own copy
-    timings["encode"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        progress("encode", 0, len(missing))
+        # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
+        vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
+        for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
+            texts = [e["normalized"] for e in batch]
+            new_texts += texts
+            vectors[done : done + len(batch)] = encoder.encode(bi, texts, device=device,
+                                                               on_batch=lambda n: progress("encode", n, len(missing)))
+            ids[done : done + len(batch)] = [e["id"] for e in batch]
+            done += len(batch)
+            crashpoint("embedding")
+        tuning: dict[str, Any] = {}
+        if done:
+            tuning = draft.add(vectors[:done], ids[:done])
+        del vectors  # the index holds its own copy
+        timings["encode"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
-        sparse = sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
-    elif done == live.size:  # every live entry was just embedded (a first build): its texts are in hand, in id order
-        sparse = sparse_index.build_sparse(new_texts, ids[:done].tolist())
-    else:  # a large change: every n-gram weight recomputed over all entries
-        texts, text_ids = [], []
-        for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
-            texts += [e["normalized"] for e in batch]
-            text_ids += [e["id"] for e in batch]
-        sparse = sparse_index.build_sparse(texts, text_ids)
-    timings["sparse"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
+            sparse = sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
+        elif done == live.size:  # every live entry was just embedded (a first build): its texts are in hand, in id order
+            sparse = sparse_index.build_sparse(new_texts, ids[:done].tolist())
+        else:  # a large change: every n-gram weight recomputed over all entries
+            texts, text_ids = [], []
+            for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
+                texts += [e["normalized"] for e in batch]
+                text_ids += [e["id"] for e in batch]
+            sparse = sparse_index.build_sparse(texts, text_ids)
+        timings["sparse"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    index_file, sparse_file = f"index-{build_id}.faiss", f"sparse-{build_id}.npz"
-    faiss_index.save_atomic(index, index_dir / index_file)
-    sparse_index.save_atomic(sparse, index_dir / sparse_file)
-    checksums = {name: sha256_file(index_dir / name) for name in (index_file, sparse_file)}
-    crashpoint("switch")
-    generation_id = store.switch_generation(
-        engine, catalog_id, expected=None if current is None else current["id"], build_id=build_id,
-        build_fields={"index_path": str(index_dir / index_file), "entries_total": len(live),
-                      "vectors_total": int(index.ntotal), **(build_fields or {})},
-        kind=kind, index_file=index_file, sparse_file=sparse_file, index_factory=factory, dim=bi.dim,
-        ntotal=int(index.ntotal), ids_sha256=ids_sha256(faiss_index.index_ids(index)), checksums=checksums,
-        model_fingerprint=bi.fingerprint, model_path=bi.path,
-    )
-    files.write_json_atomic(index_dir / DESCRIPTOR, descriptor_of(store.current_generation(engine, catalog_id), catalog, db_url))
-    collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
+        t0 = time.perf_counter()
+        written = draft.write()  # the FAISS file, or the collection (flushed, indexed, loaded)
+        sparse_file = f"sparse-{build_id}.npz"
+        sparse_index.save_atomic(sparse, index_dir / sparse_file)
+        checksums = {path.name: sha256_file(path) for path in (written.path, index_dir / sparse_file) if path is not None}
+        crashpoint("switch")
+        generation_id = store.switch_generation(
+            engine, catalog_id, expected=None if current is None else current["id"], build_id=build_id,
+            build_fields={"index_path": written.where, "entries_total": len(live),
+                          "vectors_total": written.ntotal, **(build_fields or {})},
+            kind=kind, index_file=written.name, sparse_file=sparse_file, index_factory=factory, dim=bi.dim,
+            ntotal=written.ntotal, ids_sha256=ids_sha256(written.ids), checksums=checksums,
+            model_fingerprint=bi.fingerprint, model_path=bi.path, vector_store=None if location is None else location.url,
+        )
+        files.write_json_atomic(index_dir / DESCRIPTOR, descriptor_of(store.current_generation(engine, catalog_id), catalog, db_url))
+        draft.point(catalog)  # Milvus: the alias follows the store's pointer (a kill before it: check reports, gc realigns)
+        collect(engine, index_dir, catalog_id, keep=KEEP_GENERATIONS)
+    finally:
+        draft.close()
     timings["save"] = time.perf_counter() - t0
-    return Published(generation_id, index_file, sparse_file, len(live), int(index.ntotal), int(missing.size),
-                     int(removed.size), timings, faiss_index.describe(index).get("factory") or "", tuning)
+    return Published(generation_id, written.name, sparse_file, len(live), written.ntotal, int(missing.size),
+                     int(removed.size), timings, written.structure, tuning, written.where)
 
 
 # --------------------------------------------------------------------------- gc
@@ -279,14 +313,26 @@ class Collected:
     generations_removed: list[int]
     files_removed: list[str]
     entries_purged: int
+    collections_removed: list[str] = field(default_factory=list)  # Milvus collections of no kept generation
+
+
+def _catalog_name(engine, catalog_id: int) -> str:
+    with store.Session(engine) as session:
+        return session.get(store.Catalog, catalog_id).name
 
 
 def _generation_ids(index_dir: Path, generation: dict) -> np.ndarray:
-    """Entry ids a generation can return (read from its n-gram file, else its FAISS file)."""
+    """Entry ids a generation can return (read from its n-gram file, else its FAISS file or collection)."""
     sparse_path = index_dir / (generation.get("sparse_file") or "")
     if generation.get("sparse_file") and sparse_path.is_file():
         with np.load(sparse_path, allow_pickle=False) as z:
             return z["ids"]
+    location = vector_store.location_of(generation, index_dir)
+    if location is not None:
+        with vector_store.session(location) as client:
+            if client.has_collection(generation["index_file"]):
+                return vector_store.collection_ids(client, generation["index_file"])
+        return np.empty(0, np.int64)
     faiss_path = index_dir / generation["index_file"]
     return faiss_index.index_ids(faiss_index.load(faiss_path)) if faiss_path.is_file() else np.empty(0, np.int64)
 
@@ -319,9 +365,40 @@ def collect(engine, index_dir: Path, catalog_id: int, keep: int = KEEP_GENERATIO
         if ours and name not in referenced and path.is_file():
             path.unlink()
             removed_files.append(name)
+    collections = _collect_collections(engine, index_dir, catalog_id, generations, current, kept)
     keep_ids = np.concatenate([_generation_ids(index_dir, g) for g in kept]) if kept else np.empty(0, np.int64)
     purged = store.purge_retired(engine, catalog_id, keep_ids)
-    return Collected([g["id"] for g in kept], [g["id"] for g in dropped], removed_files, purged)
+    return Collected([g["id"] for g in kept], [g["id"] for g in dropped], removed_files, purged, collections)
+
+
+def _collect_collections(engine, index_dir: Path, catalog_id: int, generations: list[dict], current: dict | None,
+                         kept: list[dict]) -> list[str]:
+    """In every Milvus store a generation of the catalog (or ``index.json``) names: point the alias at the
+    current generation's collection (it may lag behind a write killed after its switch), then drop the
+    catalog's collections no kept generation references (collected generations, writes killed before their
+    switch)."""
+    locations = {vector_store.location_of(g, index_dir) for g in generations} - {None}
+    try:
+        locations.add(vector_store.parse(read_descriptor(index_dir).get("vector_store"), index_dir))
+    except (FileNotFoundError, ValueError):
+        pass
+    locations.discard(None)
+    if not locations:
+        return []
+    catalog = _catalog_name(engine, catalog_id)
+    current_location = vector_store.location_of(current, index_dir)
+    referenced = {g["index_file"] for g in kept if g.get("vector_store")}
+    removed = []
+    for location in sorted(locations, key=lambda loc: loc.url):
+        with vector_store.session(location) as client:
+            stale = [name for name in vector_store.ours(client, catalog) if name not in referenced]
+            if location == current_location:
+                if vector_store.alias_target(client, catalog) != current["index_file"]:
+                    vector_store.point_alias(client, catalog, current["index_file"])
+            elif vector_store.alias_target(client, catalog) in stale:  # the catalog moved to another store
+                client.drop_alias(vector_store.alias_name(catalog))  # a server refuses to drop an aliased collection
+            removed += vector_store.drop_collections(client, stale)
+    return removed
 
 
 # --------------------------------------------------------------------------- check
@@ -335,6 +412,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # harmless: files gc removes, entries it purges
     rebuild: bool = False  # the current generation's files cannot be reused: a repair embeds everything again
+    realign: bool = False  # the Milvus alias names another collection than the current generation's
 
     @property
     def clean(self) -> bool:
@@ -369,14 +447,17 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         report.problems.append("the catalog has no current index generation (never built, or every build was interrupted)")
         return report
     report.generation_id = generation["id"]
-    report.facts.update({"generation": generation["id"], "index file": generation["index_file"],
-                         "model": generation["model_fingerprint"], "factory": generation["index_factory"]})
+    location = vector_store.location_of(generation, index_dir)
+    report.facts.update({"generation": generation["id"]} | (
+        {"index file": generation["index_file"]} if location is None else
+        {"vector store": location.url, "collection": generation["index_file"]}
+    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"]})
     mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
     if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
         report.problems.append(f"{DESCRIPTOR} does not mirror the current generation {generation['id']} (it says {mirrored})")
 
     files_ok = True
-    for name in (generation["index_file"], generation["sparse_file"]):
+    for name in (generation["index_file"], generation["sparse_file"]) if location is None else (generation["sparse_file"],):
         path = index_dir / name
         if not path.is_file():
             report.problems.append(f"file {name} of generation {generation['id']} is missing")
@@ -384,24 +465,32 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         elif sha256_file(path) != generation["checksums"].get(name):
             report.problems.append(f"file {name} does not match its recorded SHA-256 (corrupted or replaced)")
             files_ok = False
+    held = None  # (ids, dim) of the current generation's vectors, when they can be read
+    if location is None:
+        if files_ok:
+            index = faiss_index.load(index_dir / generation["index_file"])
+            held, what, what_ids = (faiss_index.index_ids(index), index.d), "FAISS index", "FAISS ids"
+    else:
+        held, what = _check_collection(location, generation, report, engine, catalog_id), f"collection {generation['index_file']}"
+        what_ids = f"{what} ids"
+        files_ok = files_ok and held is not None
     report.rebuild = not files_ok
     if files_ok:
-        index = faiss_index.load(index_dir / generation["index_file"])
-        faiss_ids = faiss_index.index_ids(index)
+        faiss_ids, dim = held
         sparse_ids = _generation_ids(index_dir, generation)
-        report.facts["vectors in index"] = int(index.ntotal)
-        if int(index.ntotal) != generation["ntotal"] or index.d != generation["dim"]:
-            report.problems.append(f"FAISS index holds {index.ntotal} vectors of dim {index.d}; "
+        report.facts["vectors in index"] = int(faiss_ids.size)
+        if int(faiss_ids.size) != generation["ntotal"] or dim != generation["dim"]:
+            report.problems.append(f"{what} holds {faiss_ids.size} vectors of dim {dim}; "
                                    f"recorded {generation['ntotal']} of dim {generation['dim']}")
             report.rebuild = True
         if ids_sha256(faiss_ids) != generation["ids_sha256"]:
-            report.problems.append("FAISS ids do not match the recorded ids checksum")
+            report.problems.append(f"{what_ids} do not match the recorded ids checksum")
             report.rebuild = True
         if np.unique(faiss_ids).size != faiss_ids.size:
-            report.problems.append("FAISS index holds duplicate ids")
+            report.problems.append(f"{what} holds duplicate ids")
             report.rebuild = True
         if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
-            report.problems.append(f"n-gram index and FAISS index hold different ids "
+            report.problems.append(f"n-gram index and {what} hold different ids "
                                    f"({sparse_ids.size} vs {faiss_ids.size})")
             report.rebuild = True
         unindexed = np.setdiff1d(live, faiss_ids)
@@ -434,3 +523,44 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
                             + ", ".join(strays[:5]))
     return report
+
+
+def _check_collection(location: vector_store.Location, generation: dict, report: Report, engine,
+                      catalog_id: int) -> tuple[np.ndarray, int] | None:
+    """(ids, dim) of the current generation's collection, or None (a problem said why); reports an alias
+    naming another collection (``report.realign``) and notes collections of no generation."""
+    name, catalog = generation["index_file"], report.catalog or ""
+    try:
+        client = vector_store.connect(location)
+    except (vector_store.Unavailable, ImportError) as exc:
+        report.problems.append(str(exc))
+        return None
+    try:
+        held = None
+        if not client.has_collection(name):
+            report.problems.append(f"collection {name} of generation {generation['id']} is missing from {location.url}")
+        else:
+            held = vector_store.collection_ids(client, name), vector_store.collection_dim(client, name)
+        target = vector_store.alias_target(client, catalog)
+        if target != name:
+            report.problems.append(f"alias {vector_store.alias_name(catalog)} names {target or 'no collection'}, not the "
+                                   f"current generation's collection {name} (a write killed after its switch; "
+                                   f"`check --repair` or `gc` realigns it)")
+            report.realign = True
+        recorded = {g["index_file"] for g in store.list_generations(engine, catalog_id) if g.get("vector_store")}
+        strays = [c for c in vector_store.ours(client, catalog) if c not in recorded]
+        if strays:
+            report.notes.append(f"{len(strays)} collections of no generation in {location.url} (interrupted writes; "
+                                f"`mgeo-index gc` drops them): " + ", ".join(strays[:5]))
+        return held
+    finally:
+        vector_store.release(location)
+
+
+def realign(engine, index_dir: Path, catalog_id: int) -> None:
+    """Point the catalog's Milvus alias at its current generation's collection (the store's pointer decides)."""
+    current = store.current_generation(engine, catalog_id)
+    location = vector_store.location_of(current, index_dir)
+    if location is not None:
+        with vector_store.session(location) as client:
+            vector_store.point_alias(client, _catalog_name(engine, catalog_id), current["index_file"])

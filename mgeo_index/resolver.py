@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import inference, features, generations, index as faiss_index, kernels, settings, sparse as sparse_index, store
+from mgeo_index import inference, features, generations, kernels, settings, sparse as sparse_index, store, vector_store
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
@@ -48,7 +48,7 @@ RERANK_DEPTH = 10
 class Resolver:
     bi: BiEncoder
     cross: CrossEncoder | None
-    index: object  # faiss.Index
+    index: object  # faiss.Index, or vector_store.MilvusIndex (searched through mgeo_index.vector_store)
     engine: object  # sqlalchemy.Engine
     descriptor: dict
     device: str
@@ -88,7 +88,7 @@ class Resolver:
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
         rankings, weights = [], []
         if retrieval != "sparse":
-            rankings.append(faiss_index.search(self.index, vectors, depth)[1])
+            rankings.append(vector_store.search(self.index, vectors, depth)[1])
             weights.append(DENSE_WEIGHT)
         if retrieval != "dense":
             rankings.append(self.sparse.search(normalized, depth)[1])
@@ -102,6 +102,7 @@ class Resolver:
         if admin_filter:
             candidates = self._same_admin(query_parses, candidates)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
+        stored = vector_store.stored_vectors(self.index, sorted(entries))  # one read for the batch's candidates
         results: list[list[dict]] = []
         for query, vector, row in zip(normalized, vectors, candidates):
             # nothing left to match (empty, only spaces, punctuation or control characters): no candidates
@@ -117,7 +118,7 @@ class Resolver:
                         "_normalized": entries[i]["normalized"],
                         "_fused": fused / top_fused,  # 1.0 for the best-retrieved candidate
                     }
-                    for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row]))
+                    for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row], stored))
                 ]
             )
         # per query: (its parse, {entry id: parse}), for the stacked scorer and explanations
@@ -218,15 +219,16 @@ class Resolver:
             out.append(keep)
         return out
 
-    def _cosines(self, vector: np.ndarray, ids: list[int]) -> list[float | None]:
-        """Dense cosine of the query with each candidate (stored vectors; None where FAISS cannot say)."""
-        out: list[float | None] = []
-        for i in ids:
-            try:
-                out.append(round(float(vector @ self.index.reconstruct(i)), 6))
-            except RuntimeError:  # e.g. an IVF index without a direct map, or a GPU index
-                out.append(None)
-        return out
+    def _cosines(self, vector: np.ndarray, ids: list[int], stored: dict | None = None) -> list[float | None]:
+        """Dense cosine of the query with each candidate (``stored`` vectors, read when not given; None where the
+        index cannot say: e.g. an IVF index without a direct map, or a GPU index)."""
+        stored = vector_store.stored_vectors(self.index, ids) if stored is None else stored
+        return [None if stored.get(i) is None else round(float(vector @ stored[i]), 6) for i in ids]
+
+    def close(self) -> None:
+        """Release the store connection and the vector store's (a Milvus client; Milvus Lite's file)."""
+        vector_store.close(self.index)
+        self.engine.dispose()
 
     def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int,
                 parsed: list[tuple[dict, dict[int, dict]]] | None) -> None:
@@ -317,8 +319,7 @@ def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) 
 
 
 def _on_generation(index_dir, eng, descriptor: dict, bi: BiEncoder, cross: CrossEncoder | None, device: str) -> Resolver:
-    index = faiss_index.load(Path(index_dir) / descriptor["index_file"], gpu=device.startswith("cuda"))
-    faiss_index.set_search_params(index, nprobe=faiss_index.DEFAULT_NPROBE, ef_search=faiss_index.DEFAULT_EF_SEARCH)
+    index = vector_store.open_index(descriptor, index_dir, gpu=device.startswith("cuda"))
     sparse_file = descriptor.get("sparse_file")
     sparse = sparse_index.load(Path(index_dir) / sparse_file) if sparse_file else None
     return Resolver(bi=bi, cross=cross, index=index, engine=eng, descriptor=descriptor, device=device, sparse=sparse)

@@ -158,8 +158,9 @@ def check(index_dir: str | Path, *, db: str | None = None) -> generations.Report
 def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None) -> generations.Report:
     """Rebuild from the store what ``check`` finds wrong, as a new generation; returns the check after it.
 
-    Vectors of the current generation are reused when its FAISS file is intact and its model is the
-    one used now; otherwise every entry is embedded again."""
+    Vectors of the current generation are reused when its FAISS file (or Milvus collection) is intact and its
+    model is the one used now; otherwise every entry is embedded again. A Milvus alias naming another
+    collection than the current generation's is pointed back at it."""
     index_dir = Path(index_dir)
     with writer_lock(index_dir, "check --repair"):
         engine, db_url, catalog, catalog_id, generation = _open(index_dir, db, repairing=True)
@@ -167,6 +168,9 @@ def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: 
             report = generations.check(index_dir, engine, db_url)
             if report.clean:
                 return report
+            if report.realign and len(report.problems) == 1:  # only the Milvus alias lags: point it, nothing to rebuild
+                generations.realign(engine, index_dir, catalog_id)
+                return generations.check(index_dir, engine, db_url)
             _republish(engine, index_dir, db_url, catalog, catalog_id, generation, model=model, device=device,
                        kind="repair", from_scratch=report.rebuild)
             return generations.check(index_dir, engine, db_url)

@@ -26,6 +26,7 @@ _USER_ERRORS = (
     ("mgeo_index.locking", "Locked"),
     ("mgeo_index.store", "GenerationConflict"),
     ("mgeo_index.normalize", "JobError"),
+    ("mgeo_index.vector_store", "Unavailable"),
 )
 
 
@@ -62,6 +63,8 @@ def explain(exc: Exception) -> tuple[str, str] | None:
         reason = words[0] if words else type(exc.orig or exc).__name__
         return "Database error", (f"{reason}. Check --db / {settings.ENV_PREFIX}DB (URL, server, "
                                   "database, user) and that the server is running.")
+    if _is(exc, ("pymilvus.exceptions", "MilvusException")):  # the Milvus server's (or Milvus Lite's) own words
+        return "Vector store error", f"{exc}. Check the catalog's vector store (build --vector-store) and that it is running."
     if _is(exc, ("sqlalchemy.exc", "ArgumentError")):  # a URL SQLAlchemy cannot parse, an unknown dialect or driver
         return "Error", (f"invalid --db URL: {exc}. Expected e.g. postgresql://user@host:5432/db or "
                          "sqlite:////path/to/file.db")

@@ -21,6 +21,7 @@ def build(
     id_column: Annotated[str | None, typer.Option(help="Column holding the catalog's own id (kept in results).")] = None,
     index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
+    vector_store: Annotated[str | None, typer.Option("--vector-store", help="Where the vectors go: faiss (files in the index directory, the default), milvus://HOST:PORT or milvus://HOST:PORT/DATABASE (a Milvus server; token in MGEO_INDEX_MILVUS_TOKEN) or milvus-lite:///PATH.db (embedded). Later commands keep the catalog's.")] = None,
     db: Db = None,
     model: Model = None,
     device: Device = None,
@@ -37,7 +38,7 @@ def build(
     with friendly_errors(), progress() as bar:
         result = run_build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
-            factory=index, model=model, device=device, backend=backend,
+            factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
             on_progress=stage_progress(bar, {"parse": "Parsing entries"}),
         )
     console.print(build_table(result))
@@ -106,7 +107,9 @@ def gc(
     with friendly_errors():
         result = run_gc(index_dir, db=db, keep=keep)
     console.print(f"kept generations {result.generations_kept}; removed generations {result.generations_removed}, "
-                  f"{len(result.files_removed)} files, {result.entries_purged} retired entries", highlight=False)
+                  f"{len(result.files_removed)} files, {result.entries_purged} retired entries"
+                  + (f", {len(result.collections_removed)} Milvus collections" if result.collections_removed else ""),
+                  highlight=False)
 
 
 def check(
