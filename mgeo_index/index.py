@@ -534,8 +534,14 @@ def save_atomic(index: faiss.Index, path: PathLike) -> None:
     files.replace_atomic(path, lambda tmp: faiss.write_index(cpu_index, tmp))
 
 
-def load(path: PathLike, *, gpu: bool = False) -> faiss.Index:
+def load(path: PathLike, *, gpu: bool = False, mmap: bool = False) -> faiss.Index:
     """Read an index written by :func:`save_atomic`; ``gpu=True`` moves it with :func:`to_gpu`.
+
+    ``mmap=True`` (readers: search only) maps an IVF index's inverted lists from the file, read-only, instead
+    of copying them into the process: the codes stay in the page cache, shared by every process serving the
+    same generation and evicted under memory pressure, so a reader's own (anonymous) memory does not grow with
+    the catalog. Other structures are read into memory as usual. Adding to or removing from such an index
+    raises: writers load without it.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -543,5 +549,5 @@ def load(path: PathLike, *, gpu: bool = False) -> faiss.Index:
     p = os.fspath(path)
     if not os.path.exists(p):
         raise FileNotFoundError(f"no index file at {p}")
-    index = faiss.read_index(p)
+    index = faiss.read_index(p, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY) if mmap and not gpu else faiss.read_index(p)
     return to_gpu(index) if gpu else index

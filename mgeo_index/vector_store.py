@@ -559,7 +559,8 @@ def open_index(descriptor: dict, index_dir: str | Path, *, gpu: bool = False):
     ``gpu``; search parameters set) or its Milvus collection."""
     location = parse(descriptor.get("vector_store"), index_dir)
     if location is None:
-        index = faiss_index.load(Path(index_dir) / descriptor["index_file"], gpu=gpu)
+        # search only: an IVF index's lists stay in the (shared) page cache, not in this process's memory
+        index = faiss_index.load(Path(index_dir) / descriptor["index_file"], gpu=gpu, mmap=True)
         faiss_index.set_search_params(index, nprobe=faiss_index.DEFAULT_NPROBE, ef_search=faiss_index.DEFAULT_EF_SEARCH)
         return index
     return MilvusIndex(location, descriptor["index_file"], dim=descriptor["dim"], ntotal=descriptor["ntotal"],

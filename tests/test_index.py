@@ -72,6 +72,28 @@ def test_save_atomic_load_round_trip(tmp_path: Path, flat: faiss.Index, data: tu
     assert np.array_equal(s0, s1)
 
 
+@pytest.mark.parametrize("factory", ["Flat", "IVF16,SQ8", "IVF16,PQ8"])
+def test_a_memory_mapped_index_searches_alike_and_refuses_writes(tmp_path: Path, factory: str,
+                                                                 data: tuple[np.ndarray, np.ndarray]) -> None:
+    vectors, ids = data
+    index = I.make_index(DIM, factory)
+    if I.needs_training(index):
+        index.train(vectors)
+    I.add(index, vectors, ids)
+    I.save_atomic(index, tmp_path / "g.faiss")
+    mapped = I.load(tmp_path / "g.faiss", mmap=True)
+    queries = _unit_vectors(20, seed=2)
+    for one in (index, mapped):
+        I.set_search_params(one, nprobe=4)
+    assert mapped.ntotal == index.ntotal and np.array_equal(I.index_ids(mapped), ids)
+    s0, i0 = I.search(index, queries, k=10)
+    s1, i1 = I.search(mapped, queries, k=10)
+    assert np.array_equal(i0, i1) and np.array_equal(s0, s1)
+    if factory.startswith("IVF"):  # its lists are read-only views of the file: a writer must load without mmap
+        with pytest.raises(RuntimeError):
+            mapped.add_with_ids(vectors[:1], np.array([7], dtype=np.int64))
+
+
 def test_save_atomic_failure_keeps_old_file(
     tmp_path: Path, flat: faiss.Index, monkeypatch: pytest.MonkeyPatch
 ) -> None:
