@@ -16,12 +16,18 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
 from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from mgeo_index import settings  # noqa: E402
 
 SAMPLE = settings.SAMPLE_CATALOG
+
+# Property tests check behaviour, not speed: no per-example deadline (on a loaded 2-core machine an example of
+# normalize or parse can take 0.5 s, and Hypothesis would report that as a failure).
+hypothesis_settings.register_profile("mgeo-index", deadline=None)
+hypothesis_settings.load_profile("mgeo-index")
 
 
 def pytest_collection_modifyitems(config, items):

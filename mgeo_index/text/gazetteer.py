@@ -58,9 +58,10 @@ class Gazetteer:
         self.units = {
             u[0]: Unit(u[0], u[1], u[2] or None, u[3], u[4], u[5]) for u in data["units"]
         }
-        self.official: dict[str, tuple[str, ...]] = {}
+        official: dict[str, list[str]] = {}
         for unit in self.units.values():
-            self.official[unit.name] = self.official.get(unit.name, ()) + (unit.code,)
+            official.setdefault(unit.name, []).append(unit.code)
+        self.official: dict[str, tuple[str, ...]] = {name: tuple(codes) for name, codes in official.items()}
         # name → codes (official names and short forms); former names are kept apart
         self.names: dict[str, tuple[str, ...]] = dict(self.official)
         for alias, codes in data["aliases"]:
@@ -71,7 +72,7 @@ class Gazetteer:
             for name, targets in data["history"]
         }
         self.supplementary = frozenset(data.get("supplementary", ()))  # development zones (not MCA units)
-        self._chains = {code: self._chain(code) for code in self.units}
+        self._chains: dict[str, tuple[Unit, ...]] = {}  # filled as chains are asked for (a CLI parse needs a few)
         self._towns: dict[str, tuple[str, ...]] | None = None
 
     def lookup(self, name: str) -> tuple[str, ...]:
@@ -94,7 +95,10 @@ class Gazetteer:
 
     def chain(self, code: str) -> tuple[Unit, ...]:
         """The unit and its ancestors, province first."""
-        return self._chains.get(code, ())
+        found = self._chains.get(code)
+        if found is None:
+            found = self._chains[code] = self._chain(code)
+        return found
 
     def _chain(self, code: str) -> tuple[Unit, ...]:
         out = []
@@ -209,7 +213,7 @@ class Gazetteer:
         best_key, best = None, []
         for code in by_code:  # each candidate as the deepest unit of a chain
             chosen: dict[int, int] = {}  # per mention, its best reading inside this chain
-            for unit in self._chains[code]:
+            for unit in self.chain(code):
                 for j in by_code.get(unit.code, ()):
                     held = chosen.get(used[j][0])
                     if held is None or order[j] > order[held]:
