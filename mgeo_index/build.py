@@ -4,6 +4,10 @@ Rows are upserted (new catalog ids are added; an id whose address changed is rep
 which alone is embedded); :func:`generations.publish` then writes the new generation beside the
 current one and moves the pointer in one transaction, so a reader never sees half an index and a crash
 or Ctrl-C loses nothing: rows already stored stay, and re-running the command finishes the job.
+
+Parsing and embedding are computed by an engine (:mod:`mgeo_index.build_engines`: this process, or a Ray
+Data actor pool); this module and :func:`generations.publish` keep every store write, the generation
+switch and the crash points, in the same order whichever engine computes.
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import backends, generations, index as faiss_index, settings, store, vector_store as vector_stores
+from mgeo_index import generations, index as faiss_index, settings, store, vector_store as vector_stores
+from mgeo_index.build_engines import BuildEngine, make_build_engine
 from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -44,6 +49,7 @@ class BuildResult:
     id_column: str | None = None
     index_path: str = ""
     rejects_path: str | None = None
+    engine: str = "local"  # where parsing and embedding ran (build_engines)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -70,15 +76,14 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     result.rows_skipped += unchanged + len(records) - len({r["key"] for r in records})  # unchanged or repeated
 
 
-def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress) -> int:
+def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress, compute: BuildEngine) -> int:
     """Parse the entries that have no stored elements, or elements of another parser version (the shipped
-    tagger or gazetteer changed since); each chunk is committed as it is done."""
-    from mgeo_index.text.parser import parse, parser_version
+    tagger or gazetteer changed since), on ``compute``; each chunk is committed as it comes back."""
+    from mgeo_index.text.parser import parser_version
 
     version = parser_version()
     done = 0
-    for batch in store.entries_to_parse(engine_, catalog_id, version, batch_size=max(chunk_size, 1)):
-        parsed = parse([e["normalized"] for e in batch])
+    for batch, parsed in compute.parse(store.entries_to_parse(engine_, catalog_id, version, batch_size=max(chunk_size, 1))):
         store.store_elements(engine_, [
             {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": version}
             for e, p in zip(batch, parsed)
@@ -131,32 +136,40 @@ def build(
     on_progress: Progress | None = None,
     kind: str = "build",
     vector_store: str | None = None,
+    engine: str | BuildEngine = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float = 0.0,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
     ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.vector_store`: ``faiss`` files in the
     index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
+    ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.build_engines`): ``local`` (this
+    process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at
+    ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
     """
+    compute = engine if isinstance(engine, BuildEngine) else make_build_engine(
+        engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
     if index_dir.exists() and not index_dir.is_dir():
         raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements, vector_store)
+                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  backend, chunk_size, on_progress, kind, parse_elements, vector_store) -> BuildResult:
+                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute: BuildEngine) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
     bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
-    device = settings.device(device)
-    bi.to(device)
-    backends.ensure(bi, backend, device=device)
+    device = settings.device(device)  # this process's (FAISS); the engine's embeds (the same for the local one)
+    compute.prepare(bi, backend)
     if factory != faiss_index.AUTO:
         faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     planned = vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
@@ -168,6 +181,10 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     vector_stores.validate(planned, index_dir, factory, bi.dim)
     if address_column is not None and address_column == id_column:
         raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
+    if compute.name != "local":  # Ray joined or started, its GPUs checked: before anything is stored
+        t0 = time.perf_counter()
+        compute.start()
+        timings[f"{compute.name} start"] = time.perf_counter() - t0
     db_url = settings.database_url(index_dir, db)
     # an existing store is consulted before the file is read; a new one is created only once the file is
     # known to be readable (a refused file leaves no store behind)
@@ -203,7 +220,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
-                         id_column=reader.id_column)
+                         id_column=reader.id_column, engine=compute.name)
     rejects_path = index_dir / REJECTS
     rejects_path.unlink(missing_ok=True)
     try:
@@ -216,12 +233,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             if rejects:
                 result.rows_rejected += write_rejects(rejects_path, rejects)
             progress("read", read, None)
-        timings["store"] = time.perf_counter() - started
+        timings["store"] = time.perf_counter() - started - timings.get(f"{compute.name} start", 0.0)
 
         # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)
         if parse_elements:
             t0 = time.perf_counter()
-            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress)
+            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress, compute)
             timings["parse"] = time.perf_counter() - t0
 
         # 2. a new generation: vectors for entries that have none, then the pointer switch
@@ -229,11 +246,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         published = generations.publish(
             engine_, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi, factory=factory,
             device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size, vector_store_url=vector_store,
+            build_engine=compute,
             build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
                           "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
                           "seconds": time.perf_counter() - started,
                           "stats": {"rows_updated": result.rows_updated, "entries_parsed": result.entries_parsed,
-                                    "device": device}},
+                                    **compute.describe()}},
         )
         timings.update(published.seconds)
         timings["total"] = time.perf_counter() - started

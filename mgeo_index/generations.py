@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import files, inference as encoder, index as faiss_index, sparse as sparse_index, store, vector_store
+from mgeo_index import files, index as faiss_index, sparse as sparse_index, store, vector_store
 from mgeo_index.crashpoints import crashpoint
 
 DESCRIPTOR = "index.json"
@@ -215,7 +215,7 @@ def _draft(index_dir: Path, location: vector_store.Location | None, *, catalog: 
 def publish(
     engine, index_dir: Path, *, catalog: str, catalog_id: int, build_id: int, bi, factory: str, device: str,
     db_url: str, kind: str, build_fields: dict[str, Any] | None = None, on_progress: Progress | None = None,
-    chunk_size: int = 5000, from_scratch: bool = False, vector_store_url: str | None = None,
+    chunk_size: int = 5000, from_scratch: bool = False, vector_store_url: str | None = None, build_engine=None,
 ) -> Published:
     """Write the generation matching the store's live entries beside the current one and switch to it.
 
@@ -223,10 +223,15 @@ def publish(
     generation: retired entries' vectors are removed, live entries without one are embedded.
     ``vector_store_url``: where the new generation's vectors go (:mod:`vector_store`; ``faiss`` for files in
     the index directory); None keeps the current generation's store (``index.json``'s before the first).
+    ``build_engine``: what embeds them, batch by batch (:mod:`mgeo_index.build_engines`; default: this
+    process on ``device``); everything else stays here, in this order.
     """
     import time
 
+    from mgeo_index.build_engines import BuildEngine
+
     progress = on_progress or (lambda *_: None)
+    build_engine = build_engine or BuildEngine(device)
     timings: dict[str, float] = {}
     crashpoint("stored")
     t0 = time.perf_counter()
@@ -253,11 +258,10 @@ def publish(
         progress("encode", 0, len(missing))
         # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
         vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
-        for batch in store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1)):
-            texts = [e["normalized"] for e in batch]
-            new_texts += texts
-            vectors[done : done + len(batch)] = encoder.encode(bi, texts, device=device,
-                                                               on_batch=lambda n: progress("encode", n, len(missing)))
+        batches = store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1))
+        for batch, embedded in build_engine.encode(batches, bi, on_batch=lambda n: progress("encode", n, len(missing))):
+            new_texts += [e["normalized"] for e in batch]
+            vectors[done : done + len(batch)] = embedded
             ids[done : done + len(batch)] = [e["id"] for e in batch]
             done += len(batch)
             crashpoint("embedding")

@@ -27,6 +27,7 @@ _USER_ERRORS = (
     ("mgeo_index.store", "GenerationConflict"),
     ("mgeo_index.normalize", "JobError"),
     ("mgeo_index.vector_store", "Unavailable"),
+    ("mgeo_index.ray_pool", "RayUnavailable"),
 )
 
 

@@ -10,7 +10,10 @@ from rich.markup import escape
 
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
-from mgeo_index.cli.options import DEFAULT_INDEX_DIR, AddressColumn, Backend, Db, Device, IndexDir, LibraryDefault, Model
+from mgeo_index.cli.options import (
+    DEFAULT_INDEX_DIR, AddressColumn, Backend, BuildEngineName, Db, Device, GpusPerWorker, IndexDir, LibraryDefault, Model,
+    RayAddress, Workers,
+)
 from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, progress, stage_progress
 
 
@@ -22,6 +25,10 @@ def build(
     index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
     vector_store: Annotated[str | None, typer.Option("--vector-store", help="Where the vectors go: faiss (files in the index directory, the default), milvus://HOST:PORT or milvus://HOST:PORT/DATABASE (a Milvus server; token in MGEO_INDEX_MILVUS_TOKEN) or milvus-lite:///PATH.db (embedded). Later commands keep the catalog's.")] = None,
+    engine: BuildEngineName = "local",
+    ray_address: RayAddress = None,
+    workers: Workers = None,
+    gpus_per_worker: GpusPerWorker = 0.0,
     db: Db = None,
     model: Model = None,
     device: Device = None,
@@ -29,9 +36,12 @@ def build(
 ) -> None:
     """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
 
-    Rejected rows go to rejects.tsv in the index directory with their line number and reason.
+    Rejected rows go to rejects.tsv in the index directory with their line number and reason. With
+    --engine ray entries are parsed and embedded on Ray actors; the same command resumes after kill -9.
 
     Example: mgeo-index build catalog.csv --index-dir idx --id-column poi_id
+
+    On Ray: mgeo-index build catalog.csv --index-dir idx --id-column poi_id --engine ray --workers 4
     """
     from mgeo_index.build import build as run_build
 
@@ -39,7 +49,8 @@ def build(
         result = run_build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
             factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
-            on_progress=stage_progress(bar, {"parse": "Parsing entries"}),
+            on_progress=stage_progress(bar, {"parse": "Parsing entries"}), engine=engine, ray_address=ray_address,
+            workers=workers, gpus_per_worker=gpus_per_worker,
         )
     console.print(build_table(result))
 
@@ -47,6 +58,10 @@ def build(
 def add(
     delta: Annotated[Path, typer.Argument(help="CSV/TSV of new or changed rows, with the catalog's columns.")],
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
+    engine: BuildEngineName = "local",
+    ray_address: RayAddress = None,
+    workers: Workers = None,
+    gpus_per_worker: GpusPerWorker = 0.0,
     db: Db = None,
     model: Model = None,
     device: Device = None,
@@ -60,7 +75,8 @@ def add(
     from mgeo_index.update import add as run_add
 
     with friendly_errors(), progress() as bar:
-        result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=stage_progress(bar))
+        result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=stage_progress(bar),
+                         engine=engine, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     console.print(add_table(result))
 
 

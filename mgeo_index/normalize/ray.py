@@ -11,32 +11,18 @@ dataset execution), so windows are sized to keep the model loading small next to
 from __future__ import annotations
 
 import json
-import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from mgeo_index import ray_pool
 from mgeo_index.normalize.inputs import Chunk
 from mgeo_index.normalize.job import Engine, Resolving
 from mgeo_index.normalize.policy import Policy, micro_batches, resolve_outcomes
 
-INSTALL_HINT = "the Ray engine needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
+INSTALL_HINT = ray_pool.INSTALL_HINT
 CHUNKS_PER_WORKER = 4  # chunks per actor in one window
-
-
-def _import_ray():
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError:
-        raise ImportError(INSTALL_HINT) from None
-    return ray
-
-
-def ray_actor_device(device: str | None, gpus_per_worker: float) -> str:
-    """Where a Ray actor computes: CUDA when it is given GPUs, else ``device`` or the CPU (not the
-    driver's default: actors of a remote cluster need not look like the driver)."""
-    return "cuda" if gpus_per_worker > 0 else (device or "cpu")
+_import_ray = ray_pool.import_ray
+ray_actor_device = ray_pool.actor_device
 
 
 def ray_engine(*, device: str | None = None, backend: str | None = None, address: str | None = None,
@@ -44,6 +30,7 @@ def ray_engine(*, device: str | None = None, backend: str | None = None, address
     """The Ray engine: ``workers`` actors (on the cluster at ``address``, else a local Ray), each with
     ``gpus_per_worker`` GPUs, or a CPU and ``device``. Ray itself is imported when a job requires the engine,
     before the job is recorded."""
+    ray_pool.check_options(workers, gpus_per_worker)
     if backend is not None and gpus_per_worker > 0 and backend != "torch":
         raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
 
@@ -81,18 +68,6 @@ class ResolveBatch:
         return {"seq": np.asarray(batch["seq"]), "outcomes": np.asarray(outcomes, dtype=object)}
 
 
-def _init(ray, address: str | None, workers: int) -> None:
-    if ray.is_initialized():
-        return
-    logging.getLogger("ray").setLevel(logging.WARNING)
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        return
-    env = {k: os.environ[k] for k in ("TRITON_INTERPRET", "MGEO_INDEX_DB", "MGEO_INDEX_DEVICE") if k in os.environ}
-    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING, runtime_env={"env_vars": env} if env else None)
-
-
 def ray_outcomes(
     chunks: Iterator[Chunk],
     *,
@@ -110,11 +85,8 @@ def ray_outcomes(
 ) -> Iterator[tuple[Chunk, list[dict]]]:
     """``(chunk, outcomes of its valid rows)`` in input order, resolved on a Ray actor pool."""
     ray = _import_ray()
-    workers = workers or (1 if address else max((os.cpu_count() or 1), 1))
-    _init(ray, address, workers)
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
+    workers = ray_pool.default_workers(address, workers)
+    ray_pool.start(ray, address, workers, gpus_per_worker)
     actor_device = ray_actor_device(device, gpus_per_worker)
     kwargs = {
         "index_dir": str(Path(index_dir).resolve()), "db": db, "model": model, "cross_model": cross_model,
@@ -137,19 +109,6 @@ def _run_window(ray, window: list[Chunk], batch_size: int, workers: int, gpus: f
             items.append({"seq": len(items), "addresses": batch})
             owner.append(ci)
     results: list[list[dict]] = [[] for _ in window]
-    if items:
-        ds = ray.data.from_items(items, override_num_blocks=min(len(items), workers * 4)).map_batches(
-            ResolveBatch,
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=min(workers, len(items))),
-            fn_constructor_kwargs=kwargs,
-            **({"num_gpus": gpus} if gpus else {"num_cpus": 1}),
-        )
-        outcomes: dict[int, list[dict]] = {}
-        for row in ds.iter_rows():
-            outcomes[int(row["seq"])] = json.loads(row["outcomes"])
-        if len(outcomes) != len(items):
-            raise RuntimeError(f"Ray returned {len(outcomes)} of {len(items)} micro-batches")
-        for seq in range(len(items)):
-            results[owner[seq]].extend(outcomes[seq])
+    for row in ray_pool.map_ordered(ray, items, ResolveBatch, kwargs, workers=workers, gpus_per_worker=gpus):
+        results[owner[int(row["seq"])]].extend(json.loads(row["outcomes"]))
     yield from zip(window, results)
