@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -288,7 +289,9 @@ def run_bench(
         report["build"] = []
         for n in build_sizes:
             catalog = synthesize_catalog(data, n, work_dir / f"catalog-{n}.tsv")
-            report["build"].append(bench_build(catalog, work_dir / f"index-{n}", backend=chosen))
+            built = bench_build(catalog, work_dir / f"index-{n}", backend=chosen)
+            built["resolve"] = bench_built_resolve(work_dir / f"index-{n}", catalog, queries=queries, backend=chosen)
+            report["build"].append(built)
     return report
 
 
@@ -361,12 +364,76 @@ def bench_build(catalog: str | Path, index_dir: str | Path, *, backend: str | No
     peak_file.unlink(missing_ok=True)
     command = [sys.executable, "-c", _CHILD, "build", str(catalog), "--index-dir", str(index_dir), "--id-column", "id"]
     command += ["--backend", backend] if backend else []
-    t0 = time.perf_counter()
-    child = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           env={**os.environ, "MGEO_BENCH_PEAK_FILE": str(peak_file)})
-    seconds = time.perf_counter() - t0
+    t0, cpu0 = time.perf_counter(), _children_cpu_seconds()
+    # a wide terminal: the summary line that names the structure ``auto`` chose is not wrapped
+    child = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={**os.environ, "MGEO_BENCH_PEAK_FILE": str(peak_file), "COLUMNS": "1000"})
+    seconds, cpu_seconds = time.perf_counter() - t0, _children_cpu_seconds() - cpu0
     if child.returncode != 0:
         raise RuntimeError(f"build of {catalog} failed ({child.returncode}): {child.stderr.decode(errors='replace')[-2000:]}")
     with open(catalog, encoding="utf-8") as fh:
         rows = sum(1 for _ in fh) - 1
-    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "peak_rss_mib": int(peak_file.read_text()) / 1024}
+    # CPU seconds too: on a shared machine the wall clock counts other processes' load, the CPU time does not
+    report = {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "cpu_seconds": cpu_seconds,
+              "rows_per_cpu_s": rows / max(cpu_seconds, 1e-9), "peak_rss_mib": int(peak_file.read_text()) / 1024}
+    return report | chosen_structure(child.stdout.decode(errors="replace")) | disk_sizes(index_dir)
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished (waited-for) children."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+_CHOSEN = re.compile(r"auto: (\S+?)(?: \(nprobe (\d+): recall@10 ([0-9.]+) of exact search on (\d+) catalog vectors\))?(?:\s|$)")
+
+
+def chosen_structure(build_output: str) -> dict:
+    """What ``--index auto`` chose, from the build's summary: structure, and for IVF the nprobe it tuned with
+    the recall@10 that nprobe reached against exact (Flat) search on a sample of the catalog's own vectors."""
+    found = _CHOSEN.search(build_output)
+    if found is None:
+        return {}
+    structure, nprobe, recall, queries = found.groups()
+    return {"structure": structure} | ({"nprobe": int(nprobe), "recall_at_10_vs_flat": float(recall),
+                                        "recall_queries": int(queries)} if nprobe else {"recall_at_10_vs_flat": 1.0})
+
+
+def disk_sizes(index_dir: str | Path) -> dict:
+    """MiB on disk of the index directory's vector index, n-gram index and embedded store files."""
+    sizes = {"vectors_mib": 0.0, "ngrams_mib": 0.0, "store_mib": 0.0}
+    for path in Path(index_dir).iterdir():
+        key = "vectors_mib" if path.suffix == ".faiss" else "ngrams_mib" if path.suffix == ".npz" else \
+            "store_mib" if path.suffix in (".db", ".sqlite") else None
+        if key and path.is_file():
+            sizes[key] += path.stat().st_size / 2**20
+    return sizes
+
+
+def resident_mib(kind: str = "VmRSS") -> float:
+    """This process's resident memory now, MiB: ``VmRSS`` (all of it) or ``RssAnon`` (its own, not file pages
+    mapped from disk such as a memory-mapped index's lists, which the page cache shares and can evict)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(kind + r":\s+(\d+) kB", status).group(1)) / 1024
+
+
+def bench_built_resolve(index_dir: str | Path, catalog: str | Path, *, queries: int = 200, backend: str | None = None,
+                        seed: int = 0) -> dict:
+    """Single-query resolve latency (top-10 with rerank, warm) on a freshly built index, the queries being catalog
+    addresses with their first two characters cut; with the resolver's resident memory (the process's growth
+    from opening it and answering them: models, n-gram matrix, index), all of it and its own (anonymous) part."""
+    import random
+
+    from mgeo_index.resolver import open_resolver
+
+    with open(catalog, encoding="utf-8") as fh:
+        texts = [line.rstrip("\n").split("\t", 1)[1] for line in fh.readlines()[1:]]
+    sample = [t[2:] for t in random.Random(seed).sample(texts, min(queries, len(texts)))]
+    del texts
+    before, before_anon = resident_mib(), resident_mib("RssAnon")
+    resolver = open_resolver(index_dir, device="cpu", backend=backend)
+    report = bench_resolve(resolver, sample)
+    # after the queries: what opening and serving them added (models, n-gram matrix, the index as far as touched)
+    return report | {"resolver_rss_mib": resident_mib() - before, "resolver_anon_mib": resident_mib("RssAnon") - before_anon}

@@ -123,8 +123,22 @@ def test_bench_build_measures_the_child_process(tmp_path):
     catalog.write_text("id\taddress\n" + "".join(f"r{i}\t北京市朝阳区建国路{i}号\n" for i in range(30)), encoding="utf-8")
     result = bench.bench_build(catalog, tmp_path / "idx", backend="torch")
     assert result["rows"] == 30 and result["rows_per_s"] > 0
+    assert 0 < result["cpu_seconds"] and result["rows_per_cpu_s"] >= result["rows_per_s"] * 0.5  # the child's own CPU time
     assert 100 < result["peak_rss_mib"] < 4096  # the child's own peak, not the parent's
     assert (tmp_path / "idx" / "index.json").is_file()
+    assert result["structure"] == "Flat" and result["recall_at_10_vs_flat"] == 1.0  # auto: a small catalog stays Flat
+    assert result["vectors_mib"] > 0 and result["ngrams_mib"] > 0 and result["store_mib"] > 0
+    resolved = bench.bench_built_resolve(tmp_path / "idx", catalog, queries=12, backend="torch")
+    assert resolved["queries"] == 12 and resolved["catalog_size"] == 30 and 0 < resolved["p50_ms"] <= resolved["p99_ms"]
+    assert resolved["resolver_rss_mib"] > 0
+
+
+def test_chosen_structure_reads_the_build_summary():
+    line = "index     auto: IVF4096,SQ8 (nprobe 16: recall@10 0.983 of exact search on 1000 catalog vectors)  \n"
+    assert bench.chosen_structure(line) == {"structure": "IVF4096,SQ8", "nprobe": 16, "recall_at_10_vs_flat": 0.983,
+                                            "recall_queries": 1000}
+    assert bench.chosen_structure("index   auto: Flat\n") == {"structure": "Flat", "recall_at_10_vs_flat": 1.0}
+    assert bench.chosen_structure("index   Flat\n") == {}  # a factory named on the command line: nothing chosen
 
 
 def test_linear_share_counts_the_int8_and_fp32_gemms_only():

@@ -242,10 +242,20 @@ def print_bench(report: dict) -> None:
                       f"entries: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
     if report.get("build"):
         table = Table(title="mgeo-index build of synthesized catalogs (fresh index, child process)")
-        for name in ("rows", "seconds", "rows/s", "peak RSS MiB"):
+        for name in ("rows", "seconds", "rows/s", "rows per CPU s", "peak RSS MiB", "structure", "recall@10 vs Flat", "vectors MiB",
+                     "n-grams MiB", "store MiB", "resolve p50 / p99 ms", "resolver RSS (own) MiB"):
             table.add_column(name, justify="right")
         for r in report["build"]:
-            table.add_row(f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['rows_per_s']:,.0f}", f"{r['peak_rss_mib']:,.0f}")
+            resolve = r.get("resolve") or {}
+            recall = r.get("recall_at_10_vs_flat")
+            table.add_row(
+                f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['rows_per_s']:,.0f}", f"{r.get('rows_per_cpu_s', 0):,.0f}",
+                f"{r['peak_rss_mib']:,.0f}", r.get("structure", "–") + (f" nprobe {r['nprobe']}" if r.get("nprobe") else ""),
+                "–" if recall is None else f"{recall:.3f}",
+                *(f"{r.get(k, 0):,.0f}" for k in ("vectors_mib", "ngrams_mib", "store_mib")),
+                f"{resolve['p50_ms']:.1f} / {resolve['p99_ms']:.1f}" if resolve else "–",
+                f"{resolve['resolver_rss_mib']:,.0f} ({resolve.get('resolver_anon_mib', 0):,.0f})" if resolve else "–",
+            )
         console.print(table)
 
 
