@@ -568,20 +568,9 @@ def open_index(descriptor: dict, index_dir: str | Path, *, gpu: bool = False):
 
 
 def search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` (scores, ids) of each query row, as :func:`index.search` returns them, whatever the store."""
-    if not isinstance(index, MilvusIndex):
-        return faiss_index.search(index, queries, k)
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    if q.ndim == 1:
-        q = q.reshape(1, -1)
-    if q.ndim != 2 or q.shape[1] != index.d:
-        raise ValueError(f"queries must have shape (n, {index.d}), got {np.shape(queries)}")
-    k_eff = int(min(int(k), index.ntotal))
-    if k_eff == 0 or q.shape[0] == 0:
-        return np.empty((q.shape[0], k_eff), np.float32), np.empty((q.shape[0], k_eff), np.int64)
-    return index.search(q, k_eff)
+    """Top-``k`` (scores, ids) of each query row, as :func:`index.search` returns them, whatever the store (a
+    :class:`MilvusIndex` has the ``d``, ``ntotal`` and ``search`` that function uses)."""
+    return faiss_index.search(index, queries, k)
 
 
 def stored_vectors(index, ids: Sequence[int]) -> dict[int, np.ndarray | None]:
