@@ -21,26 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mgeo_index import generations, index as faiss_index, settings, store  # noqa: E402
 from mgeo_index.bench import synthesize_catalog  # noqa: E402
 from mgeo_index.build import build  # noqa: E402
+from mgeo_index.build_engines import catalog_state  # noqa: E402
 
 TOLERANCE = 1e-5  # FP32 on the CPU is batch-independent and both engines embed the same batches: ~0 expected
 
-
-def catalog_state(index_dir: Path) -> tuple[dict, dict, dict[int, np.ndarray]]:
-    """(entries by id, parsed elements by id, vectors by id) of an index directory's catalog."""
-    engine = store.connect(settings.database_url(index_dir))
-    try:
-        ids = store.entry_ids(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG)).tolist()
-        entries = store.get_entries(engine, ids)
-        elements = {i: (e["elements"], e["admin"], e["parser"]) for i, e in store.get_elements(engine, ids).items()}
-    finally:
-        engine.dispose()
-    index = faiss_index.load(index_dir / generations.read_descriptor(index_dir)["index_file"])
-    held = faiss_index.index_ids(index)
-    vectors = {int(i): index.reconstruct(int(i)) for i in held}
-    return entries, elements, vectors
 
 
 def compare(local: Path, remote: Path) -> dict:

@@ -26,8 +26,9 @@ from typer.testing import CliRunner
 
 pytest.importorskip("ray.data", reason="ray[data] is not installed: the Ray build engine is not tested")
 
-from mgeo_index import generations, index as faiss_index, ray_pool, settings, store  # noqa: E402
+from mgeo_index import ray_pool, settings, store  # noqa: E402
 from mgeo_index.build import build  # noqa: E402
+from mgeo_index.build_engines import catalog_state  # noqa: E402
 from mgeo_index.cli import app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
 from mgeo_index.update import add, check  # noqa: E402
@@ -63,18 +64,6 @@ def local_build(tmp_path_factory) -> Path:
     build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=CHUNK)
     return index_dir
 
-
-def _state(index_dir: Path) -> tuple[dict, dict, dict[int, np.ndarray]]:
-    """(entries by id, parsed elements by id, vectors by id) of the default catalog."""
-    engine = store.connect(settings.database_url(index_dir))
-    try:
-        ids = store.entry_ids(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG)).tolist()
-        entries = store.get_entries(engine, ids)
-        elements = {i: (e["elements"], e["admin"], e["parser"]) for i, e in store.get_elements(engine, ids).items()}
-    finally:
-        engine.dispose()
-    index = faiss_index.load(index_dir / generations.read_descriptor(index_dir)["index_file"])
-    return entries, elements, {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}
 
 
 def _answers(index_dir: Path) -> list[list[tuple]]:
@@ -116,7 +105,7 @@ def test_ray_build_killed_mid_embedding_then_rerun_equals_a_local_build(tmp_path
     assert (result.rows_inserted, result.entries_parsed, result.vectors_added, result.vectors_total) == (0, 0, 300, 300)
     assert check(index_dir).clean
 
-    (entries, elements, vectors), (ray_entries, ray_elements, ray_vectors) = _state(local_build), _state(index_dir)
+    (entries, elements, vectors), (ray_entries, ray_elements, ray_vectors) = catalog_state(local_build), catalog_state(index_dir)
     assert ray_entries == entries and len(entries) == 300  # ids, catalog ids, addresses, normalized text
     assert ray_elements == elements
     assert sorted(ray_vectors) == sorted(vectors) == sorted(entries)
