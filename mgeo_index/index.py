@@ -540,8 +540,8 @@ def load(path: PathLike, *, gpu: bool = False, mmap: bool = False) -> faiss.Inde
     ``mmap=True`` (readers: search only) maps an IVF index's inverted lists from the file, read-only, instead
     of copying them into the process: the codes stay in the page cache, shared by every process serving the
     same generation and evicted under memory pressure, so a reader's own (anonymous) memory does not grow with
-    the catalog. Other structures are read into memory as usual. Adding to or removing from such an index
-    raises: writers load without it.
+    the catalog. Other structures are read into memory as usual. Never add to or remove from such an index
+    (FAISS refuses, and with several OpenMP threads its refusal aborts the process): writers load without it.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
