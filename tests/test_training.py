@@ -230,3 +230,9 @@ def test_a_fine_tuning_snapshot_replaces_the_pretraining_one_and_resumes_fine_tu
     assert not any("[teacher mlm]" in line for line in logs)
     assert any("[teacher cross] no checkpoint" in line and "starting from the snapshot" in line for line in logs)
     assert "mlm" not in again and again["cross"]["steps"] > info["step"] and again["cross"]["done"]
+    # the same machine later, a larger budget: on from its own fine-tuning checkpoint, still no pretraining
+    logs.clear()
+    more = train_teacher(TeacherConfig(**{**moved.__dict__, "cross_minutes": 0.06}))
+    assert not any("[teacher mlm]" in line for line in logs)
+    assert any("[teacher cross] resuming at step" in line for line in logs)
+    assert "mlm" not in more and more["cross"]["steps"] > again["cross"]["steps"] and more["cross"]["done"]

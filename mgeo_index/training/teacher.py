@@ -389,11 +389,12 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     rng = random.Random(cfg.seed + 2)
     torch.manual_seed(cfg.seed + 2)
     snapshot = _cross_snapshot(cfg)
-    if snapshot is not None:  # a new machine: on from the fine-tuning snapshot's weights
+    if snapshot is not None or mlm_path is None:  # a new machine (the snapshot's weights) or a checkpoint's, below
         from safetensors.torch import load_file
 
         model = BertForSequenceClassification(bert_config(cfg, tokenizer)).train()
-        model.load_state_dict({k: v.float() for k, v in load_file(snapshot / CROSS_SNAPSHOT).items()})
+        if snapshot is not None:
+            model.load_state_dict({k: v.float() for k, v in load_file(snapshot / CROSS_SNAPSHOT).items()})
     else:
         model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
         head = mlm_path / "label_head.pt"
@@ -520,9 +521,11 @@ def train_teacher(cfg: TeacherConfig, export_to: Path | None = None) -> dict:
     quiet_transformers()
     cfg.out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-    # a fine-tuning snapshot means the pretraining was finished (on another machine): no need to redo it here
-    mlm_path = None if _cross_snapshot(cfg) is not None and not (cfg.out / "mlm_checkpoint.pt").exists() \
-        else stage_mlm(cfg, tokenizer)
+    # fine-tuning begun here (its checkpoint) or elsewhere (a fine-tuning snapshot) means the pretraining was
+    # finished, maybe on another machine whose pretraining checkpoints this one never had: not redone
+    tuning = (_cross_snapshot(cfg) is not None or (cfg.out / "cross_checkpoint.pt").exists()
+              or (cfg.out / "cross" / "stage.json").exists())
+    mlm_path = None if tuning and not (cfg.out / "mlm" / "stage.json").exists() else stage_mlm(cfg, tokenizer)
     cross_path = stage_cross(cfg, tokenizer, mlm_path)
     if export_to is not None:
         stage_export(cfg, cross_path, export_to)
