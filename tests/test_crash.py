@@ -3,12 +3,11 @@ point in a child process; then (a) resolve answers from the previous generation 
 re-running the command completes, (c) ``check`` is clean."""
 from __future__ import annotations
 
-import multiprocessing
-import os
 import signal
 from pathlib import Path
 
 import pytest
+from killed_writer import killed_writer
 
 from mgeo_index import settings, store
 from mgeo_index.build import build
@@ -19,35 +18,11 @@ from mgeo_index.update import add, check, gc
 pytestmark = pytest.mark.slow  # every test kills a writer process and re-runs it
 
 QUERIES = ["深圳南山中山路75号东方科技园", "北京海淀东风路127号东方大厦", "南京鼓楼中山路89号星河广场"]
-# Writers run in child processes forked from a server that has imported the package once (a fresh
-# interpreter per kill would spend most of the test importing torch); each child is a separate process
-# that really receives SIGKILL.
-_CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["mgeo_index.build", "mgeo_index.update"])
-
-
-def _writer(command: str, path: str, index_dir: str, bi_dir: str, point: str) -> None:
-    os.environ["MGEO_INDEX_CRASH_AT"] = point
-    if command == "build":
-        build(path, index_dir, id_column="poi_id", model=bi_dir, device="cpu", chunk_size=16)
-    else:
-        add(path, index_dir, model=bi_dir, device="cpu", chunk_size=16)
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def _killed_writer(command: str, path: Path, index_dir: Path, bi_dir: Path, point: str) -> int:
-    """Exit code of the writer run in a child process that SIGKILLs itself at ``point``."""
-    child = _CONTEXT.Process(target=_writer, args=(command, str(path), str(index_dir), str(bi_dir), point))
-    child.start()
-    child.join(timeout=300)
-    if child.is_alive():
-        child.kill()
-        pytest.fail(f"the {command} writer did not reach kill point {point!r} within 300 s")
-    return child.exitcode
 
 
 def _answers(index_dir: Path, bi_dir: Path) -> tuple[int, list[list[tuple[int, str]]]]:
@@ -73,7 +48,7 @@ def test_kill_9_leaves_the_previous_generation_and_a_rerun_completes(tmp_path, t
         change = _write_lines(tmp_path / "delta.csv", [lines[0]] + updated + lines[151:191])
     before = _answers(index_dir, bi_dir)
 
-    killed = _killed_writer(command, change, index_dir, bi_dir, point)
+    killed = killed_writer(command, change, index_dir, bi_dir, point)
     assert killed == -signal.SIGKILL
 
     assert _answers(index_dir, bi_dir) == before  # (a) same generation, same answers
@@ -96,7 +71,7 @@ def test_kill_9_leaves_the_previous_generation_and_a_rerun_completes(tmp_path, t
 def test_kill_9_during_the_first_build_then_rerun(tmp_path, tiny_model_dirs):
     bi_dir, _ = tiny_model_dirs
     index_dir = tmp_path / "idx"
-    killed = _killed_writer("build", settings.SAMPLE_CATALOG, index_dir, bi_dir, "index-write")
+    killed = killed_writer("build", settings.SAMPLE_CATALOG, index_dir, bi_dir, "index-write")
     assert killed == -signal.SIGKILL
     with pytest.raises(FileNotFoundError, match="no complete index generation yet"):
         open_resolver(index_dir, model=bi_dir, rerank=False, device="cpu")

@@ -5,14 +5,13 @@ Milvus. Skipped, saying why, where pymilvus or milvus-lite is not installed or M
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
 import shutil
 import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from killed_writer import killed_writer
 from typer.testing import CliRunner
 
 from mgeo_index import generations, settings, store, vector_store
@@ -245,18 +244,6 @@ def test_a_catalog_moves_between_faiss_files_and_milvus(faiss_dir, tiny_model_di
 
 # --------------------------------------------------------------------------- kill -9 at each write point
 
-_CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["mgeo_index.build", "mgeo_index.update"])
-
-
-def _writer(command: str, path: str, index_dir: str, bi_dir: str, point: str) -> None:
-    os.environ["MGEO_INDEX_CRASH_AT"] = point
-    if command == "build":
-        build(path, index_dir, id_column="poi_id", model=bi_dir, device="cpu", chunk_size=16)
-    else:
-        add(path, index_dir, model=bi_dir, device="cpu", chunk_size=16)
-
-
 @pytest.fixture(scope="module")
 def milvus_head(lite, tmp_path_factory, tiny_model_dirs) -> Path:
     """The first 150 rows in Milvus Lite (read-only: tests take a copy)."""
@@ -280,13 +267,7 @@ def test_kill_9_at_each_write_point_then_the_rerun_completes(milvus_head, tmp_pa
     before = _answers(index_dir, tiny_model_dirs, rerank=False)
     generation = generations.read_descriptor(index_dir)["generation_id"]
 
-    child = _CONTEXT.Process(target=_writer, args=(command, str(change), str(index_dir), str(bi_dir), point))
-    child.start()
-    child.join(timeout=300)
-    if child.is_alive():
-        child.kill()
-        pytest.fail(f"the {command} writer did not reach kill point {point!r} within 300 s")
-    assert child.exitcode == -signal.SIGKILL
+    assert killed_writer(command, change, index_dir, bi_dir, point) == -signal.SIGKILL
 
     # (a) readers still get the previous generation, answering exactly as before
     engine = store.connect(settings.database_url(index_dir))
