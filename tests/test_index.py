@@ -261,3 +261,22 @@ def test_tune_nprobe_picks_the_smallest_probe_count_holding_the_recall():
     I.add(big, x, 2**40 + 7 * np.arange(6000))
     assert I.tune_nprobe(big, x, sample=200, target=0.95) == tuned
     assert I.tune_nprobe(I.make_index(DIM, "Flat"), x) == {}
+
+
+def test_a_large_batch_trains_an_ivf_index_on_a_seeded_sample_of_it():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5000, DIM)).astype(np.float32)
+    index = I.make_index(DIM, "IVF16,SQ8")
+    sample = I.training_sample(index, x)
+    assert len(sample) == I.TRAIN_POINTS_PER_LIST * 16 < len(x)
+    np.testing.assert_array_equal(sample, I.training_sample(index, x))  # the same rows every time
+    assert len({row.tobytes() for row in sample}) == len(sample)  # rows of x, none twice
+    assert {row.tobytes() for row in sample} <= {row.tobytes() for row in x}
+    small = x[:500]
+    assert I.training_sample(index, small) is small  # no more than the sample size: all of it
+    assert I.training_sample(I.make_index(DIM, "Flat"), x) is x  # nothing to train
+    I.add(index, x, np.arange(5000))  # trains on the sample, then holds every vector
+    assert index.is_trained and index.ntotal == 5000
+    I.set_search_params(index, nprobe=16)  # every list probed: exact within SQ8's rounding
+    _, found = I.search(index, x[:50], 1)
+    assert (found[:, 0] == np.arange(50)).mean() >= 0.95
