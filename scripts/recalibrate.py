@@ -23,9 +23,12 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, required=True, help="cross-encoder directory (rewritten in place)")
 parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="the shared data folder")
 parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets")
+parser.add_argument("--head", choices=("mlp", "trees"), default="mlp",
+                    help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (pip install "
+                         "'mgeo-index[trees]'; measured, not shipped: see the README)")
 parser.add_argument("--metrics", type=Path, help="metrics.json to update with the calibration and dev figures")
 args = parser.parse_args()
-stats = recalibrate(args.model, args.data, decision_only=args.decision_only)
+stats = recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head)
 print(json.dumps(stats, ensure_ascii=False))
 if args.metrics:
     metrics = json.loads(args.metrics.read_text())

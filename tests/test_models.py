@@ -94,6 +94,55 @@ def test_averaged_feature_heads_give_the_mean_of_their_logits():
         torch.testing.assert_close(merged(x), torch.stack([h(x) for h in heads]).mean(0), atol=1e-6, rtol=1e-5)
 
 
+def _tree_head(seed: int = 0):
+    """Trees fitted on a synthetic rule of 6 features (label = which third the first feature falls in)."""
+    from mgeo_index.model.tree_head import train_tree_head
+
+    rng = np.random.default_rng(seed)
+    x = rng.random((600, 6)).astype(np.float32)
+    y = np.minimum((x[:, 0] * 3).astype(np.int64), 2)
+    return train_tree_head(x, y, seed=seed, rounds=20), x, y
+
+
+def test_a_tree_head_learns_and_scores_each_row_alone():
+    head, x, y = _tree_head()
+    logits = head(x)
+    assert logits.dtype == torch.float32 and logits.shape == (600, 3)
+    assert (logits.argmax(1).numpy() == y).mean() > 0.95
+    # batch independence: a row's logits are the same alone, in any batch, in any order
+    order = np.random.default_rng(1).permutation(600)
+    assert torch.equal(head(x[order])[np.argsort(order)], logits)
+    assert torch.equal(head(torch.from_numpy(x[17:18])), logits[17:18])
+    assert head(np.empty((0, 6), np.float32)).shape == (0, 3)
+
+
+def test_a_tree_head_saves_with_the_cross_encoder_and_refits_on_new_labels(tiny_model_dirs, tmp_path):
+    import copy
+
+    from mgeo_index.model.cross_encoder import FEATURE_HEAD, FeatureHead
+    from mgeo_index.model.tree_head import TREE_HEAD, TreeHead
+    from mgeo_index.training.adapt import finetune_head
+
+    head, x, y = _tree_head()
+    cross = load_cross_encoder(tiny_model_dirs[1])
+    cross.feature_head, cross.stack = FeatureHead(6).eval(), {"alpha": 0.5, "beta": 1.0, "bias": [0.0, 0.0, 0.0]}
+    cross.save(tmp_path / "mlp")
+    cross.feature_head = head
+    cross.save(tmp_path / "mlp")  # the same directory: the trees replace the MLPs' file
+    assert (tmp_path / "mlp" / TREE_HEAD).exists() and not (tmp_path / "mlp" / FEATURE_HEAD).exists()
+    from mgeo_index.model.cross_encoder import load_head
+
+    loaded = load_head(tmp_path / "mlp")
+    assert isinstance(loaded, TreeHead) and torch.equal(loaded(x), head(x))
+    # a refit boosts more trees on top, from a copy: the original head is untouched
+    before = head(x).clone()
+    flipped = 2 - y  # a new policy on the same features
+    refit = finetune_head(head, x, flipped, epochs=4)
+    assert refit.trees > head.trees and torch.equal(head(x), before)
+    assert (refit(x).argmax(1).numpy() == flipped).mean() > (before.argmax(1).numpy() == flipped).mean()
+    assert torch.equal(copy.deepcopy(refit)(x), refit(x))
+
+
 def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
     import torch
 

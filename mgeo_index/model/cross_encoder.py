@@ -72,7 +72,7 @@ class CrossEncoder(torch.nn.Module):
         self.labels = tuple(model.config.id2label[i] for i in range(model.config.num_labels))
         self.fingerprint = ""
         self.path: str | None = None  # where it was loaded from or saved to
-        self.feature_head: FeatureHead | None = None
+        self.feature_head = None  # FeatureHead (MLPs) or tree_head.TreeHead: (B, F) features → (B, 3) logits
         self.stack: dict | None = None  # {"alpha": float, "beta": float, "bias": [3 floats], "features": [...]}
         self.decision_offsets: list[float] | None = None  # per label, in self.labels order
         # the cascade: {"beta", "bias", "min_probability"}; a pair whose feature-only scorer (the same feature
@@ -136,9 +136,8 @@ class CrossEncoder(torch.nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         save_hf_model(self.model, self.tokenizer, path, half=half)
         manifest = {"kind": KIND, "max_length": self.max_length, "temperature": self.temperature, "labels": list(self.labels)}
-        (path / FEATURE_HEAD).unlink(missing_ok=True)
+        save_head(self.feature_head, path)
         if self.feature_head is not None:
-            save_file({k: v.detach().float().contiguous() for k, v in self.feature_head.state_dict().items()}, path / FEATURE_HEAD)
             manifest["stack"] = self.stack
         if self.decision_offsets is not None:
             manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
@@ -147,6 +146,33 @@ class CrossEncoder(torch.nn.Module):
         write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
+
+
+def save_head(head, directory: Path) -> None:
+    """Write ``head`` (trees or MLPs; None: none) into a model directory, replacing whichever head was there."""
+    from mgeo_index.model.tree_head import TREE_HEAD, TreeHead
+
+    for name in (FEATURE_HEAD, TREE_HEAD):
+        (directory / name).unlink(missing_ok=True)
+    if isinstance(head, TreeHead):
+        head.save(directory / TREE_HEAD)
+    elif head is not None:
+        save_file({k: v.detach().float().contiguous() for k, v in head.state_dict().items()}, directory / FEATURE_HEAD)
+
+
+def load_head(directory: Path):
+    """The feature head saved in a model directory: trees (:mod:`~mgeo_index.model.tree_head`) or MLPs."""
+    from mgeo_index.model.tree_head import TREE_HEAD, load_tree_head
+
+    if (directory / TREE_HEAD).exists():
+        return load_tree_head(directory / TREE_HEAD)
+    if not (directory / FEATURE_HEAD).exists():
+        raise ModelError(f"{directory}: its manifest names a stacked scorer but neither {FEATURE_HEAD} nor {TREE_HEAD} "
+                         "is there; copy the whole model directory again")
+    state = load_file(directory / FEATURE_HEAD)
+    head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0])
+    head.load_state_dict(state)
+    return head.eval()
 
 
 def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncoder:
@@ -179,9 +205,7 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncode
         if manifest["stack"].get("parser") != parser_version():
             raise ModelError(f"{path}: its feature head was trained on the parses of {manifest['stack'].get('parser')}, "
                              f"but this version parses with {parser_version()}; {refit}")
-        state = load_file(path / FEATURE_HEAD)
-        cross.feature_head = FeatureHead(state["net.0.weight"].shape[1], state["net.0.weight"].shape[0]).eval()
-        cross.feature_head.load_state_dict(state)
+        cross.feature_head = load_head(path)
         cross.stack = manifest["stack"]
         cross.gate = manifest.get("gate")
     if manifest.get("decision_offsets"):

@@ -8,7 +8,8 @@ from pathlib import Path
 MANIFEST = "mgeo_index.json"
 # Files whose bytes define what a model computes; the fingerprint covers exactly these.
 _FINGERPRINT_FILES = (
-    "config.json", "model.safetensors", "tokenizer.json", "projection.safetensors", "feature_head.safetensors", MANIFEST
+    "config.json", "model.safetensors", "tokenizer.json", "projection.safetensors", "feature_head.safetensors",
+    "feature_head.lgb.txt", MANIFEST
 )
 
 

@@ -30,7 +30,8 @@ import torch
 
 from mgeo_index import kernels, settings
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
-from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, FeatureHead
+from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, save_head
+from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, train_tree_head
 from mgeo_index.model.manifest import MANIFEST, fingerprint, write_manifest
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -45,6 +46,7 @@ MIN_LABELS = 20
 LABEL_WEIGHT = 10
 HEAD_EPOCHS = 4
 HEAD_LR = 1e-3
+HEAD_TREE_ROUNDS, HEAD_TREE_LR = 5, 0.05  # a tree head: 20 trees more per class at half the learning rate
 HOLDOUT = 0.2
 MODELS_DIR = "models"
 # The network files an adapted version shares with its parent (copied as they are).
@@ -229,14 +231,17 @@ def report(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray, gold: 
             "f1": {label: round(v["f1"], 4) for label, v in full["per_class"].items()}}
 
 
-def finetune_head(head: FeatureHead, x: np.ndarray, y: np.ndarray, *, epochs: int = HEAD_EPOCHS, lr: float = HEAD_LR,
-                  seed: int = 0) -> FeatureHead:
-    """A copy of ``head`` trained ``epochs`` more on (features, LABELS index) with the recipe it was
-    trained with (:func:`calibrate.train_feature_head`: class-weighted cross-entropy, AdamW), at a lower
-    learning rate: it starts from weights that already fit the calibration data."""
+def finetune_head(head, x: np.ndarray, y: np.ndarray, *, epochs: int = HEAD_EPOCHS, lr: float = HEAD_LR,
+                  seed: int = 0):
+    """A copy of ``head`` trained more on (features, LABELS index) with the recipe it was trained with, gently:
+    it already fits the calibration data. MLPs (:func:`calibrate.train_feature_head`: class-weighted
+    cross-entropy, AdamW) ``epochs`` more at learning rate ``lr``; trees (:func:`tree_head.train_tree_head`)
+    ``HEAD_TREE_ROUNDS`` per epoch more at ``HEAD_TREE_LR``."""
     head = copy.deepcopy(head)
     if epochs <= 0:
         return head.eval()
+    if isinstance(head, TreeHead):
+        return train_tree_head(x, y, seed=seed, init=head, rounds=HEAD_TREE_ROUNDS * epochs, learning_rate=HEAD_TREE_LR)
     xt, yt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64))
     return calibrate.train_feature_head(xt, yt, epochs=epochs, seed=seed, head=head, lr=lr)
 
@@ -297,17 +302,15 @@ def save_version(cross: CrossEncoder, parent_dir: str | Path, target: str | Path
     """Write ``cross`` (a refit of the model in ``parent_dir``) to ``target``: the parent's network files
     copied, the new feature head and manifest. Written beside and renamed, so a half-written version is
     never seen. Returns the new fingerprint."""
-    from safetensors.torch import save_file
 
     parent_dir, target = Path(parent_dir), Path(target)
     staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for file in parent_dir.iterdir():
-        if file.is_file() and file.name not in (FEATURE_HEAD, MANIFEST, REPLAY_FILE):
+        if file.is_file() and file.name not in (FEATURE_HEAD, TREE_HEAD, MANIFEST, REPLAY_FILE):
             shutil.copy2(file, staging / file.name)
-    save_file({k: v.detach().float().contiguous() for k, v in cross.feature_head.state_dict().items()},
-              staging / FEATURE_HEAD)
+    save_head(cross.feature_head, staging)
     manifest = json.loads((parent_dir / MANIFEST).read_text())
     manifest.pop("versions", None)
     manifest.update(stack=cross.stack, decision_offsets=dict(zip(cross.labels, cross.decision_offsets)), adapted=adapted)

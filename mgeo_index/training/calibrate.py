@@ -91,18 +91,24 @@ def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.n
 
 
 def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[data.Pair], *, seed: int = 0,
-              heads: int = 5) -> dict:
-    """Temperature of the network alone, the stacked scorer, and the feature head alone; keep whichever
-    fits calib best (:func:`choose_scorer`: the network must earn its running time).
+              heads: int = 5, head: str = "mlp", head_pairs: list[data.Pair] | None = None) -> dict:
+    """Temperature of the network alone, the stacked scorer, and the feature head alone, on the calibration
+    split of ``pairs``; keep whichever fits calib best (:func:`choose_scorer`: the network must earn its
+    running time).
 
-    The feature head: the average of ``heads`` seeds trained on the train split (one seed's dev
-    macro-F1 varies by ±0.01; their mean less). Then the label decision offsets, fitted for macro-F1
-    on the calibration split of ``decision_pairs`` (the three-way CCKS pairs: the binary Shenzhen
-    pairs have no partial class).
+    The feature head, trained on the train split of ``head_pairs`` (default ``pairs``): the average of
+    ``heads`` MLP seeds (``head="mlp"``, shipped; one seed's dev macro-F1 varies by ±0.01, their mean less)
+    or gradient-boosted trees (``"trees"``, :mod:`~mgeo_index.model.tree_head`: measured, not shipped).
+    Then the label decision offsets, fitted for macro-F1 on the calibration split of ``decision_pairs`` (the
+    three-way CCKS pairs: the binary Shenzhen pairs have no partial class).
     """
+    from mgeo_index.model.tree_head import train_tree_head
     from mgeo_index.text.parser import parser_version
 
-    train, calib = data.split_examples(pairs, "train"), data.split_examples(pairs, "calib")
+    if head not in ("trees", "mlp"):
+        raise ValueError(f"head must be 'trees' or 'mlp', not {head!r}")
+    train = data.split_examples(head_pairs if head_pairs is not None else pairs, "train")
+    calib = data.split_examples(pairs, "calib")
     gold = np.array([g for *_, g in calib])
     cross.feature_head = cross.stack = cross.gate = None
     cross.temperature = 1.0
@@ -110,7 +116,11 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     temperature = fit_temperature(network_logits, gold)
     x_train, x_calib = _features_of(train), _features_of(calib)
     y_train = torch.tensor([g for *_, g in train])
-    head = average_heads([train_feature_head(x_train, y_train, seed=s) for s in range(seed, seed + heads)])
+    kind = head
+    if kind == "trees":
+        head = train_tree_head(x_train.numpy(), y_train.numpy(), seed=seed)
+    else:
+        head = average_heads([train_feature_head(x_train, y_train, seed=s) for s in range(seed, seed + heads)])
     with torch.inference_mode():
         feature_logits = head(x_calib).double().numpy()
     head_nll = float(F.cross_entropy(torch.tensor(feature_logits), torch.tensor(gold)))
@@ -128,8 +138,9 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
         cross.feature_head, cross.stack = head, stack if scorer == "stacked" else features_only
     fit_decision(cross, data.split_examples(decision_pairs, "calib"))
     gate = fit_gate(cross, stack, features_only, network_logits, feature_logits, gold) if scorer == "stacked" else None
-    return {"gate": gate, "temperature": temperature, "calibration_pairs": len(calib), "calib_nll_network": nll["network"],
-            "calib_nll_feature_head": head_nll, "feature_heads": heads, "calib_nll_stacked": nll["stacked"],
+    return {"gate": gate, "temperature": temperature, "calibration_pairs": len(calib), "head_training_pairs": len(train),
+            "calib_nll_network": nll["network"], "calib_nll_feature_head": head_nll, "feature_head": kind,
+            "feature_heads": heads if kind == "mlp" else head.trees, "calib_nll_stacked": nll["stacked"],
             "calib_nll_features_only": nll["features"], "scorer": scorer,
             "stack": {k: v for k, v in (cross.stack or stack).items() if k != "features"},
             "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
@@ -225,9 +236,12 @@ def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> N
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
 
 
-def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False) -> dict:
+def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False, head: str = "mlp") -> dict:
     """Calibrate an existing cross-encoder again (temperature, feature head, stack, decision offsets;
-    or the decision offsets alone) on the shared data's calibration split; saved in place."""
+    or the decision offsets alone) on the shared data's calibration split; saved in place. The stack is
+    fitted on the calibration split of the CCKS pairs and Shenzhen's validation file; the MLP head trains
+    on their train split, a tree head on the train split of every labelled pair file (:func:`data.all_pairs`:
+    trees gain from the extra round-1 and Shenzhen pairs, MLPs lose)."""
     ccks = data.ccks_pairs(data_dir)
     if decision_only:
         cross = load_cross_encoder(cross_dir)
@@ -235,6 +249,7 @@ def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False)
         stats = {"decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
     else:
         cross = load_cross_encoder(cross_dir, stacked=False)
-        stats = calibrate(cross, ccks + data.shenzhen_pairs(data_dir), ccks)
+        stats = calibrate(cross, ccks + data.shenzhen_pairs(data_dir), ccks, head=head,
+                          head_pairs=data.all_pairs(data_dir) if head == "trees" else None)
     cross.save(cross_dir)
     return stats
