@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -148,27 +149,47 @@ def parsed_features(qa: dict, qb: dict) -> list[float]:
     return out
 
 
+class _Side(NamedTuple):
+    """What :func:`pair_features` needs of one address alone (computed once per distinct text of a batch)."""
+
+    text: str  # normalized
+    elements: dict[str, str]  # extract_elements(text)
+    rest: str  # the text less its admin spans
+    grams: tuple[set[str], set[str], set[str]]  # character 1-, 2- and 3-grams
+    numbers: set[str]
+
+
+def _side(text: str) -> _Side:
+    text = normalize(text)
+    elements = extract_elements(text)
+    rest = text
+    for name in _ADMIN:
+        if name in elements:
+            rest = rest.replace(elements[name], "")
+    return _Side(text, elements, rest, (_ngrams(text, 1), _ngrams(text, 2), _ngrams(text, 3)), set(_NUMBERS.findall(text)))
+
+
 def pair_features(a: str, b: str, parsed_a: dict, parsed_b: dict) -> np.ndarray:
     """A fixed-length float32 vector describing how two addresses agree (names: FEATURE_NAMES):
     string and pattern features of the texts, then :func:`parsed_features` of their parses."""
-    a, b = normalize(a), normalize(b)
-    ea, eb = extract_elements(a), extract_elements(b)
+    return _pair_features(_side(a), _side(b), parsed_a, parsed_b)
+
+
+def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict) -> np.ndarray:
+    a, b, ea, eb = sa.text, sb.text, sa.elements, sb.elements
     states = compare_elements(ea, eb)
     element_part = []
     for e in ELEMENTS:
         s = states.get(e)
         element_part += [s == "agree", s == "differ", s == "only_a", s == "only_b"]
     # b without its admin prefix found inside a: a catalog entry less specific than the query
-    b_rest = b
-    for name in _ADMIN:
-        if name in eb:
-            b_rest = b_rest.replace(eb[name], "")
+    b_rest = sb.rest
     element_part += [
         fuzz.ratio(ea["poi"], eb["poi"]) / 100 if "poi" in ea and "poi" in eb else 0.0,
         bool(b) and b in a, bool(a) and a in b, len(b_rest) >= 2 and b_rest in a,
     ]
-    grams = [(_ngrams(a, n), _ngrams(b, n)) for n in (1, 2, 3)]
-    na, nb = set(_NUMBERS.findall(a)), set(_NUMBERS.findall(b))
+    grams = list(zip(sa.grams, sb.grams))
+    na, nb = sa.numbers, sb.numbers
     lcs = LCSseq.similarity(a, b)
     values = element_part + [
         _jaccard(*grams[0]), _jaccard(*grams[1]), _jaccard(*grams[2]),
@@ -196,7 +217,11 @@ def pair_features_batch(
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float32)
     parsed_a = parse_distinct(a) if parsed_a is None else parsed_a
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
-    return np.stack([pair_features(*sides) for sides in zip(a, b, parsed_a, parsed_b)])
+    sides: dict[str, _Side] = {}  # each distinct text's own part once (a query repeats for every candidate)
+    for text in (*a, *b):
+        if text not in sides:
+            sides[text] = _side(text)
+    return np.stack([_pair_features(sides[x], sides[y], pa, pb) for x, y, pa, pb in zip(a, b, parsed_a, parsed_b)])
 
 
 _STATE_TEXT = {
