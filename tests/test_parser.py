@@ -1,6 +1,7 @@
 """Gazetteer, element tagger (CRF algorithms checked by brute force) and the shipped parser."""
 import gzip
 import itertools
+import random
 import json
 from pathlib import Path
 
@@ -206,6 +207,37 @@ def test_viterbi_and_crf_likelihood_match_brute_force():
             gold = torch.tensor([list(paths[int(scores.argmax())])])
             nll = model.loss(ids[row : row + 1], mask[row : row + 1], gold)
         assert (torch.logsumexp(scores, 0) - scores.max()).item() == pytest.approx(nll.item(), abs=1e-4)
+
+
+def _full_viterbi(model, ids, mask) -> list[list[int]]:
+    """Viterbi with a max over every (from, to) pair, forbidden ones at FORBIDDEN: the reference for decode."""
+    with torch.no_grad():
+        emis, trans = model.emissions(ids, mask), model._trans()
+        score = model.start.masked_fill(~model.can_start, -1e4) + emis[:, 0]
+        back = []
+        for t in range(1, emis.shape[1]):
+            best, idx = (score.unsqueeze(2) + trans).max(dim=1)
+            m = mask[:, t].unsqueeze(1)
+            score = torch.where(m, best + emis[:, t], score)
+            back.append(torch.where(m, idx, torch.arange(idx.shape[1]).expand_as(idx)))
+        last = (score + model.end).argmax(dim=1)
+        path = [last]
+        for idx in reversed(back):
+            last = idx.gather(1, last.unsqueeze(1)).squeeze(1)
+            path.append(last)
+    return [row[:n] for row, n in zip(torch.stack(path[::-1], 1).tolist(), mask.sum(1).tolist())]
+
+
+def test_structured_viterbi_finds_the_paths_of_the_full_one():
+    model = _tiny_tagger(2)
+    with torch.no_grad():  # transitions far from zero, so that the structure matters
+        model.transitions.normal_(0, 3)
+        model.start.normal_(0, 3)
+    rng = random.Random(0)
+    chars = "北京朝阳路号区市1234南山中"
+    texts = ["".join(rng.choice(chars) for _ in range(rng.randint(1, 40))) for _ in range(60)]
+    ids, mask = model.encode(texts)
+    assert model.decode(ids, mask) == _full_viterbi(model, ids, mask)
 
 
 def test_decoded_paths_are_well_formed_and_batch_independent():

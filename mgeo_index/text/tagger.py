@@ -100,16 +100,32 @@ class Tagger(nn.Module):
 
     @torch.inference_mode()
     def decode(self, ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        """Best tag path per row (Viterbi), each as long as its text."""
+        """Best tag path per row (Viterbi), each as long as its text.
+
+        Each step uses the transitions' structure: ``O`` and every ``B-x`` may follow any tag, so their best
+        predecessor is a max over all tags; ``I-x`` may follow only ``B-x`` or ``I-x``, so its best is the
+        larger of those two (ties to ``B-x``, the first, as a max over all tags with the forbidden ones at
+        FORBIDDEN gives). Half the work of the max over every (from, to) pair, the same paths."""
         emis = self.emissions(ids, mask)
         trans = self._trans()
+        n = trans.shape[0]
+        free = torch.tensor([0, *range(1, n, 2)])  # O and the B- tags: any predecessor
+        inside = torch.arange(2, n, 2)  # the I- tags, each right after its B- tag
+        trans_free, stay, enter = trans[:, free].contiguous(), trans[inside, inside], trans[inside - 1, inside]
+        identity = torch.arange(n).expand(emis.shape[0], n)
         score = self.start.masked_fill(~self.can_start, FORBIDDEN) + emis[:, 0]
         back = []
+        best, idx = torch.empty_like(score), torch.empty_like(identity)
         for t in range(1, emis.shape[1]):
-            best, idx = (score.unsqueeze(2) + trans).max(dim=1)
+            best_free, idx_free = (score.unsqueeze(2) + trans_free).max(dim=1)
+            from_b, from_i = score[:, inside - 1] + enter, score[:, inside] + stay
+            take_b = from_b >= from_i
+            best[:, free], idx[:, free] = best_free, idx_free
+            best[:, inside] = torch.where(take_b, from_b, from_i)
+            idx[:, inside] = torch.where(take_b, inside - 1, inside)
             m = mask[:, t].unsqueeze(1)
             score = torch.where(m, best + emis[:, t], score)
-            back.append(torch.where(m, idx, torch.arange(idx.shape[1]).expand_as(idx)))
+            back.append(torch.where(m, idx, identity))
         last = (score + self.end).argmax(dim=1)
         path = [last]
         for idx in reversed(back):
@@ -124,8 +140,9 @@ class Tagger(nn.Module):
         if not texts:
             return []
         ids, mask = self.encode(texts)
-        tags = self.tags
-        return [spans_from_tags([tags[i] for i in row]) for row in self.decode(ids, mask)]
+        label_of = [None if tag == "O" else tag[2:] for tag in self.tags]
+        inside = [tag.startswith("I-") for tag in self.tags]
+        return [_spans_of_path(row, label_of, inside) for row in self.decode(ids, mask)]
 
     # ---- files --------------------------------------------------------------------------------
     def save(self, directory: Path) -> None:
@@ -148,15 +165,22 @@ def _allowed_transitions(tags: list[str]) -> torch.Tensor:
 
 def spans_from_tags(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     """BIO tags → [(label, start, end)], end exclusive; a stray I-x opens a span."""
+    return _spans_of_path(range(len(tags)), [None if t == "O" else t[2:] for t in tags], [t.startswith("I-") for t in tags])
+
+
+def _spans_of_path(path: Sequence[int], label_of: Sequence[str | None], inside: Sequence[bool]) -> list[tuple[str, int, int]]:
+    """:func:`spans_from_tags` of a path of tag indices (``label_of[i]``: tag i's label, None for O; ``inside[i]``:
+    tag i is an I- tag), without building a string per character."""
     spans: list[tuple[str, int, int]] = []
-    for i, tag in enumerate(tags):
-        if tag == "O":
-            continue
-        kind, label = tag[0], tag[2:]
-        if kind == "I" and spans and spans[-1][0] == label and spans[-1][2] == i:
-            spans[-1] = (label, spans[-1][1], i + 1)
-        else:
-            spans.append((label, i, i + 1))
+    label, start = None, 0
+    for i, tag in enumerate(path):
+        if label is not None and inside[tag] and label_of[tag] == label:
+            continue  # the open span goes on
+        if label is not None:
+            spans.append((label, start, i))
+        label, start = label_of[tag], i
+    if label is not None:
+        spans.append((label, start, len(path)))
     return spans
 
 
