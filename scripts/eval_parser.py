@@ -15,28 +15,24 @@ from pathlib import Path
 
 from mgeo_index.text.gazetteer import default_gazetteer
 from mgeo_index.text.parser import parse, tag_batched
-from mgeo_index.text.tagger import default_tagger, load_tagger, quantized
+from mgeo_index.text.tagger import default_tagger, load_tagger
 from mgeo_index.training.tagger import admin_accuracy, entity_scores, load_examples
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--data", type=Path, default=Path("../shared/data"))
 parser.add_argument("--split", default="test", choices=["test", "dev"])
 parser.add_argument("--speed-rows", type=int, default=5000)
-parser.add_argument("--fp32", action="store_true", help="the FP32 tagger instead of the int8 one the parser uses")
 parser.add_argument("--tagger", type=Path, default=None, help="a tagger directory (default: the shipped one)")
 args = parser.parse_args()
 
 examples = load_examples(args.data)[args.split]
-if args.tagger is None:
-    tagger = default_tagger(fp32=args.fp32)
-else:
-    tagger = load_tagger(args.tagger) if args.fp32 else quantized(load_tagger(args.tagger))
+tagger = default_tagger() if args.tagger is None else load_tagger(args.tagger)
 gazetteer = default_gazetteer()
 texts = [t for t, _ in examples]
 pred = tag_batched(tagger, texts)
 gold = [s for _, s in examples]
 report = {
-    "split": args.split, "examples": len(examples), "tagger": "fp32" if args.fp32 else "int8",
+    "split": args.split, "examples": len(examples), "tagger": str(args.tagger or "shipped"),
     "tagging_f1_without_redundant": entity_scores(gold, pred),
     "tagging_f1_all_labels": round(entity_scores(gold, pred, ignore=())["f1"], 4),
     "admin": admin_accuracy(examples, lambda xs: parse(xs, tagger=tagger, gazetteer=gazetteer), gazetteer),
