@@ -208,6 +208,6 @@ def load_tagger(directory: Path | str | None = None) -> Tagger:
 def default_tagger() -> Tagger:
     """The shipped tagger, in FP32: each address is tagged the same whatever it is batched with. (The int8
     dynamic quantization used before scaled activations per batch: 12 of 2,000 addresses were tagged otherwise
-    alone than in a batch of 128, so a query's parse, and its pair features, moved with its batch-mates; it cost
-    0.85 against 0.68 CPU s per 3,000 addresses on the network part, ``scripts/bench_tagger.py``.)"""
+    alone than in a batch of 128, so a query's parse, and its pair features, moved with its batch-mates. FP32
+    costs 0.85 CPU s per 3,000 addresses on the network part against int8's 0.68.)"""
     return load_tagger(DEFAULT_DIR)
