@@ -217,10 +217,8 @@ def pair_features_batch(
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float32)
     parsed_a = parse_distinct(a) if parsed_a is None else parsed_a
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
-    sides: dict[str, _Side] = {}  # each distinct text's own part once (a query repeats for every candidate)
-    for text in (*a, *b):
-        if text not in sides:
-            sides[text] = _side(text)
+    # each distinct text's own part once (a query repeats for every candidate)
+    sides = {text: _side(text) for text in dict.fromkeys((*a, *b))}
     return np.stack([_pair_features(sides[x], sides[y], pa, pb) for x, y, pa, pb in zip(a, b, parsed_a, parsed_b)])
 
 

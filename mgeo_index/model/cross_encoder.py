@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
+from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
@@ -150,8 +151,6 @@ class CrossEncoder(torch.nn.Module):
 
 def save_head(head, directory: Path) -> None:
     """Write ``head`` (trees or MLPs; None: none) into a model directory, replacing whichever head was there."""
-    from mgeo_index.model.tree_head import TREE_HEAD, TreeHead
-
     for name in (FEATURE_HEAD, TREE_HEAD):
         (directory / name).unlink(missing_ok=True)
     if isinstance(head, TreeHead):
@@ -162,8 +161,6 @@ def save_head(head, directory: Path) -> None:
 
 def load_head(directory: Path):
     """The feature head saved in a model directory: trees (:mod:`~mgeo_index.model.tree_head`) or MLPs."""
-    from mgeo_index.model.tree_head import TREE_HEAD, load_tree_head
-
     if (directory / TREE_HEAD).exists():
         return load_tree_head(directory / TREE_HEAD)
     if not (directory / FEATURE_HEAD).exists():

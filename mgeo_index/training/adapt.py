@@ -302,7 +302,6 @@ def save_version(cross: CrossEncoder, parent_dir: str | Path, target: str | Path
     """Write ``cross`` (a refit of the model in ``parent_dir``) to ``target``: the parent's network files
     copied, the new feature head and manifest. Written beside and renamed, so a half-written version is
     never seen. Returns the new fingerprint."""
-
     parent_dir, target = Path(parent_dir), Path(target)
     staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)

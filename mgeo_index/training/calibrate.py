@@ -116,13 +116,12 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     temperature = fit_temperature(network_logits, gold)
     x_train, x_calib = _features_of(train), _features_of(calib)
     y_train = torch.tensor([g for *_, g in train])
-    kind = head
-    if kind == "trees":
-        head = train_tree_head(x_train.numpy(), y_train.numpy(), seed=seed)
+    if head == "trees":
+        feature_head = train_tree_head(x_train.numpy(), y_train.numpy(), seed=seed)
     else:
-        head = average_heads([train_feature_head(x_train, y_train, seed=s) for s in range(seed, seed + heads)])
+        feature_head = average_heads([train_feature_head(x_train, y_train, seed=s) for s in range(seed, seed + heads)])
     with torch.inference_mode():
-        feature_logits = head(x_calib).double().numpy()
+        feature_logits = feature_head(x_calib).double().numpy()
     head_nll = float(F.cross_entropy(torch.tensor(feature_logits), torch.tensor(gold)))
     stack = fit_stack(network_logits, feature_logits, gold) | {"parser": parser_version()}
     # the feature head alone: the same fit with the network's logits left out (alpha 0)
@@ -135,12 +134,12 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     scorer = choose_scorer(nll)
     cross.temperature = temperature
     if scorer != "network":
-        cross.feature_head, cross.stack = head, stack if scorer == "stacked" else features_only
+        cross.feature_head, cross.stack = feature_head, stack if scorer == "stacked" else features_only
     fit_decision(cross, data.split_examples(decision_pairs, "calib"))
     gate = fit_gate(cross, stack, features_only, network_logits, feature_logits, gold) if scorer == "stacked" else None
     return {"gate": gate, "temperature": temperature, "calibration_pairs": len(calib), "head_training_pairs": len(train),
-            "calib_nll_network": nll["network"], "calib_nll_feature_head": head_nll, "feature_head": kind,
-            "feature_heads": heads if kind == "mlp" else head.trees, "calib_nll_stacked": nll["stacked"],
+            "calib_nll_network": nll["network"], "calib_nll_feature_head": head_nll, "feature_head": head,
+            "feature_heads": heads if head == "mlp" else feature_head.trees, "calib_nll_stacked": nll["stacked"],
             "calib_nll_features_only": nll["features"], "scorer": scorer,
             "stack": {k: v for k, v in (cross.stack or stack).items() if k != "features"},
             "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
