@@ -50,13 +50,15 @@ def parse(text):
 
 
 def match_pairs(cross, pairs: Sequence[tuple[str, str]], *, device: str | None = None,
-                explain: bool = False) -> list[MatchResult]:
-    """Score (a, b) address pairs with a loaded cross-encoder (as ``mgeo-index match`` and ``/v1/match``)."""
+                explain: bool = False, grouped: bool = False) -> list[MatchResult]:
+    """Score (a, b) address pairs with a loaded cross-encoder (as ``mgeo-index match`` and ``/v1/match``);
+    ``grouped``: consecutive pairs sharing ``a`` are one query's candidates, labelled together (as ``match``
+    does with a file)."""
     from mgeo_index.match import score_sides, side
     from mgeo_index.text import printable
 
     a, b = [side(x) for x, _ in pairs], [side(y) for _, y in pairs]
-    probs, decided, explained = score_sides(cross, a, b, device=device, explain=explain)
+    probs, decided, explained = score_sides(cross, a, b, device=device, explain=explain, grouped=grouped)
     labels = cross.labels
     out = []
     for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
@@ -178,16 +180,18 @@ class AddressIndex:
     @overload
     def match(self, a: str, b: str, *, explain: bool = False) -> MatchResult: ...
     @overload
-    def match(self, a: Sequence[tuple[str, str]], b: None = None, *, explain: bool = False) -> list[MatchResult]: ...
-    def match(self, a, b=None, *, explain: bool = False):
-        """Label one pair (``match(a, b)``) or many (``match([(a, b), …])``): exact / partial / not match."""
+    def match(self, a: Sequence[tuple[str, str]], b: None = None, *, explain: bool = False,
+              grouped: bool = False) -> list[MatchResult]: ...
+    def match(self, a, b=None, *, explain: bool = False, grouped: bool = False):
+        """Label one pair (``match(a, b)``) or many (``match([(a, b), …])``): exact / partial / not match.
+        ``grouped``: consecutive pairs sharing ``a`` are one query's candidates, labelled together."""
         if self._resolver.cross is None:
             raise ValueError("this index was opened with rerank=False: no cross-encoder to score pairs")
         if isinstance(a, str):
             if not isinstance(b, str):
                 raise TypeError("match(a, b) takes two addresses, or match([(a, b), ...]) a list of pairs")
             return match_pairs(self._resolver.cross, [(a, b)], device=self._resolver.device, explain=explain)[0]
-        return match_pairs(self._resolver.cross, list(a), device=self._resolver.device, explain=explain)
+        return match_pairs(self._resolver.cross, list(a), device=self._resolver.device, explain=explain, grouped=grouped)
 
     def normalize(self, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
                   margin: float | None = None, top_k: int | None = None, batch_size: int = 256) -> "pd.DataFrame":

@@ -65,10 +65,21 @@ def read_labeled_pairs(path: str | Path, split: str = "all", source: str | None 
     return a, b, gold
 
 
-def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None) -> dict:
-    probs = inference.score_pairs(cross, [normalize(x) for x in a], [normalize(y) for y in b], device=device)
+def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None,
+                   grouped: bool = True) -> dict:
+    """The report of ``mgeo-index eval pairs``; ``grouped``: consecutive pairs sharing their first address are a
+    query's candidates, labelled together by the model's group head (:mod:`mgeo_index.model.group_head`), as
+    ``mgeo-index match`` does; False: every pair alone."""
+    first = [normalize(x) for x in a]
+    probs = inference.score_pairs(cross, first, [normalize(y) for y in b], device=device)
+    if grouped and getattr(cross, "group_head", None) is not None:
+        from mgeo_index.model.group_head import group_decide
+
+        probs, decided = group_decide(cross.group_head, probs, first, cross.labels)
+    else:
+        decided = cross.decide(probs)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
-    predicted = [LABELS.index(cross.labels[i]) for i in cross.decide(probs)]
+    predicted = [LABELS.index(cross.labels[i]) for i in decided]
     probs = probs[:, order]
     report = classification_report(gold, predicted, LABELS)
     report["ece"] = expected_calibration_error(probs, gold)

@@ -20,16 +20,24 @@ def side(text: str) -> str:
     return normalize(text)[: settings.MAX_QUERY_CHARS]
 
 
-def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False):
+def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False,
+                grouped: bool = False):
     """(probabilities, decided label indices, per pair :func:`features.explain_parsed` or None) for pairs
     of :func:`side` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
-    and for the explanations alike, so an explanation describes the text that was scored."""
+    and for the explanations alike, so an explanation describes the text that was scored. ``grouped``: the
+    consecutive pairs sharing their first side are a query's candidates, judged together by the model's group
+    head (:mod:`mgeo_index.model.group_head`; without one, each pair alone)."""
     n = len(a)
     stacked = cross.feature_head is not None
     parsed = features.parse_distinct(a + b) if n and (explain or stacked) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
     probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
+    if grouped and cross.group_head is not None:
+        from mgeo_index.model.group_head import group_decide
+
+        probs, decided = group_decide(cross.group_head, probs, a, cross.labels)
+        return probs, decided, explained
     return probs, cross.decide(probs), explained
 
 
@@ -49,11 +57,14 @@ def match_file(
     device: str | None = None,
     chunk_size: int = 20000,
     explain: bool = False,
+    grouped: bool = True,
     on_progress: Callable[[int], None] | None = None,
 ) -> MatchResult:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
 
-    ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}.
+    ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}. ``grouped`` (default): the
+    consecutive rows sharing column ``a`` are a query's candidates, labelled together (:func:`score_sides`); a
+    chunk never splits such a run unless the run alone is longer than ``chunk_size``.
 
     Rows with an empty side keep their place with empty label/probabilities and are reported.
     The output is written to a temporary file and moved into place when complete.
@@ -85,11 +96,18 @@ def match_file(
             writer.writeheader()
             chunk: list[tuple[int, dict]] = []
 
-            def flush() -> None:
+            def flush(keep_last_run: bool = False) -> None:
+                held: list[tuple[int, dict]] = []
+                if keep_last_run and grouped:  # the last query's candidates may go on in the next rows
+                    last = len(chunk)
+                    while last > 0 and chunk[last - 1][1]["_sides"][0] == chunk[-1][1]["_sides"][0]:
+                        last -= 1
+                    if last > 0:
+                        chunk[:], held = chunk[:last], chunk[last:]
                 valid = [(line, row) for line, row in chunk if row["_ok"]]
                 probs, decided, explanations = score_sides(
                     cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device,
-                    explain=explain,
+                    explain=explain, grouped=grouped,
                 )
                 by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
                 if explain:
@@ -110,7 +128,7 @@ def match_file(
                 result.scored += len(valid)
                 if on_progress:
                     on_progress(len(chunk))
-                chunk.clear()
+                chunk[:] = held
 
             for row in reader:
                 line = _last_line = reader.line_num
@@ -125,7 +143,7 @@ def match_file(
                     result.invalid.append(f"line {line}: no letter or digit in column {', '.join(repr(c) for c in empty)}")
                 chunk.append((line, row))
                 if len(chunk) >= chunk_size:
-                    flush()
+                    flush(keep_last_run=True)
             flush()
     try:
         files.replace_atomic(out_path, write)

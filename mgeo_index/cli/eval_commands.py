@@ -11,7 +11,7 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, RerankDepth, Retrieval, Split,
+    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Pairwise, RerankDepth, Retrieval, Split,
 )
 from mgeo_index.cli.render import confusion_table, console, print_bench, report_table, retrieval_table
 
@@ -22,6 +22,7 @@ def eval_pairs(
     source: Annotated[str | None, typer.Option(help="Keep rows whose split_source column is this (CCKS: round2_train, round1_train_fold0, round1_train_tail).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a reliability diagram (PNG) here.")] = None,
+    pairwise: Pairwise = False,
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
@@ -38,7 +39,8 @@ def eval_pairs(
         if not gold:
             raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
-        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev)
+        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev,
+                                grouped=not pairwise)
         probs = report.pop("_probs")
         if plot is not None:
             reliability_diagram(probs, gold, plot)

@@ -24,6 +24,9 @@ Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + cha
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
 Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
+Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
+    "Label every pair alone; by default consecutive rows sharing their first address are one query's candidates, "
+    "labelled together by the model's group head."))]
 AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
 QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
 # where build and add parse and embed (mgeo_index.build_engines)

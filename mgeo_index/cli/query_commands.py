@@ -12,7 +12,7 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, QueriesFile, RerankDepth, Retrieval,
+    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Pairwise, QueriesFile, RerankDepth, Retrieval,
 )
 from mgeo_index.cli.render import console, err, matches_table, parse_table, progress
 
@@ -109,11 +109,15 @@ def match(
     file: Annotated[Path, typer.Option("--file", "-f", help="TSV/CSV with header columns a and b.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output TSV: input columns + label + p_<label>.")],
     explain: Annotated[bool, typer.Option("--explain", help="Add a JSON column: which elements agree or differ.")] = False,
+    pairwise: Pairwise = False,
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
 ) -> None:
     """Score address pairs: exact_match / partial_match / not_match with probabilities.
+
+    Consecutive rows with the same address in column a are one query's candidates and are labelled
+    together (the best of the lot is clearer than each alone); --pairwise labels every row alone.
 
     Example: mgeo-index match --file pairs.tsv --out scored.tsv
     """
@@ -127,7 +131,7 @@ def match(
         cross = load_cross(cross_model, device=dev, backend=backend)
         with progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
-            result = match_file(file, out, cross, device=dev, explain=explain,
+            result = match_file(file, out, cross, device=dev, explain=explain, grouped=not pairwise,
                                 on_progress=lambda n: bar.update(task, advance=n))
     for problem in result.invalid[:20]:
         err.print(f"[yellow]skipped[/] {escape(str(problem))}", highlight=False)

@@ -79,6 +79,8 @@ class CrossEncoder(torch.nn.Module):
         # the cascade: {"beta", "bias", "min_probability"}; a pair whose feature-only scorer (the same feature
         # head, calibrated alone) decides with at least min_probability is not given to the network
         self.gate: dict | None = None
+        # a query's candidates judged together where a file lists them (mgeo_index.model.group_head)
+        self.group_head: dict | None = None
 
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
@@ -144,6 +146,8 @@ class CrossEncoder(torch.nn.Module):
             manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
         if self.gate is not None and self.feature_head is not None:
             manifest["gate"] = self.gate
+        if self.group_head is not None:
+            manifest["group_head"] = self.group_head
         write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
@@ -210,6 +214,8 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncode
         if set(offsets) != set(labels):
             raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
         cross.decision_offsets = [float(offsets[label]) for label in labels]
+    if stacked and manifest.get("group_head"):  # fitted on the stacked scorer's probabilities
+        cross.group_head = manifest["group_head"]
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

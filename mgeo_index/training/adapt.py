@@ -284,6 +284,9 @@ def refit(cross: CrossEncoder, replay: Replay, train: Examples, *, label_weight:
                                              + np.array(stack["bias"]))).numpy()
     gold_in_cross = np.array([cross.labels.index(LABELS[g]) for g in gold])
     new.decision_offsets = calibrate.fit_decision_offsets(probs[three_way], gold_in_cross[three_way], cross.labels)
+    # the group head was fitted on the parent's probabilities and the replay holds no query groups: an adapted
+    # model decides every pair alone, with the offsets just fitted
+    new.group_head = None
     gate = None
     new.gate = None
     if cross.gate is not None and stack["alpha"] != 0.0:
@@ -314,6 +317,7 @@ def save_version(cross: CrossEncoder, parent_dir: str | Path, target: str | Path
     manifest.pop("versions", None)
     manifest.update(stack=cross.stack, decision_offsets=dict(zip(cross.labels, cross.decision_offsets)), adapted=adapted)
     manifest.pop("gate", None)
+    manifest.pop("group_head", None)
     if cross.gate is not None:
         manifest["gate"] = cross.gate
     write_manifest(staging, manifest)

@@ -260,10 +260,12 @@ def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: li
     return stats
 
 
-def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev") -> dict:
-    """The same report as ``mgeo-index eval pairs`` on one split of the training pairs."""
+def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev", *, grouped: bool = True) -> dict:
+    """The same report as ``mgeo-index eval pairs`` (``--pairwise``: ``grouped=False``) on one split of the
+    training pairs."""
     examples = data.split_examples(pairs, split)
-    report = evaluate_labeled_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], [g for *_, g in examples])
+    report = evaluate_labeled_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], [g for *_, g in examples],
+                                    grouped=grouped)
     report.pop("_probs")
     return report
 
@@ -305,6 +307,7 @@ def train(cfg: TrainConfig) -> dict:
         "config": {f.name: (str(v) if isinstance(v := getattr(cfg, f.name), Path) else v) for f in fields(cfg) if f.name != "log"},
         "stages": {"mlm": mlm_stats, "bi": bi_stats, "cross": cross_stats, "calibration": calib_stats},
         "ccks_dev": evaluate_pairs(cross, ccks),
+        "ccks_dev_pairwise": evaluate_pairs(cross, ccks, grouped=False),
         "shenzhen_dev": evaluate_pairs(cross, shenzhen),
         "ccks_dev_retrieval": evaluate_split_retrieval(bi, ccks, data.ccks_catalog(cfg.data_dir)),
         "parameters": {"bi": sum(p.numel() for p in bi.parameters()), "cross": sum(p.numel() for p in cross.parameters())},
