@@ -32,30 +32,15 @@ from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
 
 def load_network(spec: str):
     """A CrossEncoder without feature head from a folder or ``teacher:PATH``."""
-    from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
+    from mgeo_index.model.cross_encoder import load_cross_encoder
 
     if not spec.startswith("teacher:"):
         cross = load_cross_encoder(spec, stacked=False)
         cross.feature_head, cross.gate = None, None
         return cross
-    import torch
-    from transformers import AutoTokenizer, BertForSequenceClassification
+    from mgeo_index.training.teacher import load_teacher
 
-    from mgeo_index.training.teacher import TeacherConfig, bert_config
-
-    path = Path(spec.removeprefix("teacher:"))
-    cfg = TeacherConfig(data_dir=Path("."))
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-    model = BertForSequenceClassification(bert_config(cfg, tokenizer))
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(path)
-    else:
-        state = torch.load(path, weights_only=False)
-        state = state.get("model", state)
-    model.load_state_dict({k: v.float() for k, v in state.items()})
-    return CrossEncoder(model.eval(), tokenizer, max_length=cfg.max_length)
+    return load_teacher(spec.removeprefix("teacher:"))
 
 
 def evaluate(cross, calib, dev) -> dict:

@@ -496,6 +496,25 @@ def calib_loss(model, tokenizer, examples, weights: torch.Tensor, max_length: in
     return float(F.nll_loss(torch.log(torch.tensor(probs).clamp_min(1e-12)), gold, weight=weights))
 
 
+def load_teacher(path: str | Path) -> CrossEncoder:
+    """The teacher network (no feature head, temperature 1) from a checkpoint or snapshot: ``cross_best.pt``,
+    ``cross_checkpoint.pt`` or ``teacher/cross-snapshot.safetensors``; an exported folder loads as any
+    cross-encoder does (``load_cross_encoder``)."""
+    path = Path(path).expanduser()
+    cfg = TeacherConfig(data_dir=Path("."))
+    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+    model = BertForSequenceClassification(bert_config(cfg, tokenizer))
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(path)
+    else:
+        state = torch.load(path, weights_only=False)
+        state = state.get("model", state)
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return CrossEncoder(model.eval(), tokenizer, max_length=cfg.max_length)
+
+
 def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
     """FP16 copy of the teacher with its temperature and decision offsets (network alone) in ``target``."""
     from mgeo_index import inference
