@@ -6,7 +6,10 @@
   network on the calibration split (lowest KL) are kept;
 - ``--mode residual``: the shipped network fine-tuned on the *residual* of the stacked feature head: the loss is
   taken on ``network logits + feature-head logits`` (the head fixed), over every labelled pair of the train split
-  (per-source weights as the teacher's), so that the network learns what the features miss;
+  (per-source weights as the teacher's), so that the network learns what the features miss; with ``--teacher``,
+  the stack head + network + teacher fitted on the calibration split gives soft targets (``--alpha`` · KL) and the
+  network's logits enter at the weight the head + network stack gives them: the teacher's complement to the
+  head and the shipped network, distilled;
 - ``--mode distil --teacher PATH``: the shipped network fine-tuned on the teacher's temperature-scaled
   probabilities (``--alpha`` · KL) plus the gold labels (the rest, class- and source-weighted cross-entropy)
   over every labelled pair of the train split, and ``--unlabelled N`` pairs no human labelled (N unlabelled
@@ -53,7 +56,7 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--mode", choices=("student", "residual", "distil"), required=True)
 parser.add_argument("--layers", default="0,3", help="student: the shipped network's layers kept, in order")
 parser.add_argument("--minutes", type=float, default=20.0)
-parser.add_argument("--teacher", type=Path, help="distil: the teacher's cross_best.pt, checkpoint or FP16 snapshot")
+parser.add_argument("--teacher", type=Path, help="distil / residual: the teacher's cross_best.pt, checkpoint or FP16 snapshot")
 parser.add_argument("--alpha", type=float, default=0.5, help="distil: weight of the KL to the teacher (labelled pairs)")
 parser.add_argument("--mix", type=float, default=1.0,
                     help="distil: the targets mix the teacher's log-probabilities (this share) with the shipped network's")
@@ -64,6 +67,8 @@ parser.add_argument("--data", type=Path, default=Path("../shared/data"))
 parser.add_argument("--out", type=Path, required=True)
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
+if args.mode == "student" and args.teacher:
+    parser.error("--teacher goes with --mode distil or --mode residual")
 if args.mode == "distil" and not args.teacher:
     parser.error("--mode distil needs --teacher (e.g. ~/.cache/mgeo-index/teacher/cross_best.pt)")
 lr = args.lr or (1e-4 if args.mode == "student" else 5e-5)
@@ -125,6 +130,29 @@ def teacher_logits(rows: list[tuple]) -> np.ndarray:
     return logits
 
 
+def fit_stack_weights(columns: list[torch.Tensor], gold: torch.Tensor) -> list:
+    """One weight per logits column and a bias per label, by L-BFGS on the NLL of ``gold`` (as the shipped stack)."""
+    params = torch.zeros(len(columns) + 3, dtype=torch.float64)
+    params[: len(columns)] = 1.0
+    params.requires_grad_(True)
+    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(sum(w * c for w, c in zip(params, columns)) + params[len(columns):], gold)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    values = params.detach()
+    return [float(v) for v in values[: len(columns)]] + [values[len(columns):].clone()]
+
+
+def stack_logits(fitted: list, columns: list[torch.Tensor]) -> torch.Tensor:
+    return sum(w * c for w, c in zip(fitted[:-1], columns)) + fitted[-1]
+
+
+scale = 1.0  # residual: the weight of the network's logits beside the fixed offsets
 train, calib = examples("train"), examples("calib")
 weights = class_weights([e[2] for e in train])
 started = time.perf_counter()
@@ -150,6 +178,20 @@ else:  # the fixed offsets: the feature head's logits
             return shipped.feature_head(x).float()
 
     targets, calib_targets = head_logits(train), head_logits(calib)
+    if args.teacher:  # the residual of a stack with the teacher: soft targets, the head and network stacked as shipped
+        teacher = load_teacher(args.teacher)
+        gold_c = torch.tensor([e[2] for e in calib])
+        columns = {"train": [targets.double(), torch.tensor(pair_logits(network, [e[:3] for e in train]))],
+                   "calib": [calib_targets.double(), torch.tensor(pair_logits(network, [e[:3] for e in calib]))]}
+        columns["train"].append(torch.tensor(teacher_logits(train)))
+        columns["calib"].append(torch.tensor(teacher_logits(calib)))
+        two = fit_stack_weights(columns["calib"][:2], gold_c)
+        three = fit_stack_weights(columns["calib"], gold_c)
+        print(f"stack on calib: head + network {two}, + teacher {three}", flush=True)
+        soft = torch.log_softmax(stack_logits(three, columns["train"]), 1).float()
+        scale = float(two[1])  # the student's logits enter as the shipped network's do
+        targets = (two[0] * targets.double() + two[-1]).float()
+        calib_targets = (two[0] * calib_targets.double() + two[-1]).float()
 print(f"{args.mode}: {len(train)} train / {len(calib)} calib pairs, targets in {time.perf_counter() - started:.0f} s", flush=True)
 rows = [e + (i,) for i, e in enumerate(train)]
 batches = shuffled_batches(rows, args.batch, rng)
@@ -178,9 +220,14 @@ def step():
     if args.mode == "student":
         kd = F.kl_div(F.log_softmax(logits, 1), F.softmax(targets[rows_of], 1), reduction="batchmean")
         return 0.7 * kd + 0.3 * F.cross_entropy(logits, gold, weight=weights)
-    per_pair = F.cross_entropy(logits + targets[rows_of], gold, weight=weights, reduction="none")
+    combined = scale * logits + targets[rows_of]
+    per_pair = F.cross_entropy(combined, gold, weight=weights, reduction="none")
     sample_weights = torch.tensor([e[3] for e in batch])
-    return (per_pair * sample_weights).sum() / sample_weights.sum()
+    loss = (per_pair * sample_weights).sum() / sample_weights.sum()
+    if args.teacher:
+        kd = F.kl_div(F.log_softmax(combined, 1), soft[rows_of].exp(), reduction="batchmean")
+        return args.alpha * kd + (1 - args.alpha) * loss
+    return loss
 
 
 gold_calib = torch.tensor([e[2] for e in calib])
@@ -198,7 +245,7 @@ def keep_best(steps: int, elapsed: float) -> None:
     elif args.mode == "distil":
         loss = float(F.cross_entropy(logits, calib_targets, weight=weights))
     else:
-        loss = float(F.cross_entropy(logits + calib_targets, gold_calib))
+        loss = float(F.cross_entropy(scale * logits + calib_targets, gold_calib))
     print(f"step {steps} ({elapsed / 60:.1f} min) calib loss {loss:.4f} (best {best['loss']:.4f})", flush=True)
     if loss < best["loss"]:
         best.update(loss=loss, step=steps, state={k: v.detach().clone() for k, v in model.state_dict().items()})
