@@ -16,6 +16,7 @@ import numpy as np
 from mgeo_index import inference
 from mgeo_index.catalog import CatalogError, detect_encoding, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
+from mgeo_index.model import group_head
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
 from mgeo_index.splits import split_of
@@ -72,12 +73,7 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
     ``mgeo-index match`` does; False: every pair alone."""
     first = [normalize(x) for x in a]
     probs = inference.score_pairs(cross, first, [normalize(y) for y in b], device=device)
-    if grouped and getattr(cross, "group_head", None) is not None:
-        from mgeo_index.model.group_head import group_decide
-
-        probs, decided = group_decide(cross.group_head, probs, first, cross.labels)
-    else:
-        decided = cross.decide(probs)
+    probs, decided = group_head.decide(cross, probs, first if grouped else None)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
     predicted = [LABELS.index(cross.labels[i]) for i in decided]
     probs = probs[:, order]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mgeo_index import features, files, inference, settings
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
+from mgeo_index.model import group_head
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import has_content, normalize
 
@@ -33,12 +34,8 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
     probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
-    if grouped and cross.group_head is not None:
-        from mgeo_index.model.group_head import group_decide
-
-        probs, decided = group_decide(cross.group_head, probs, a, cross.labels)
-        return probs, decided, explained
-    return probs, cross.decide(probs), explained
+    probs, decided = group_head.decide(cross, probs, a if grouped else None)
+    return probs, decided, explained
 
 
 @dataclass

@@ -27,7 +27,7 @@ from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
+from mgeo_index.training.calibrate import fit_column_stack, fit_decision_offsets, fit_temperature
 
 
 def load_network(spec: str):
@@ -73,24 +73,13 @@ def stacked(columns: dict[str, dict[str, np.ndarray]], calib, dev) -> dict:
     names = list(columns)
     x = {split: torch.tensor(np.stack([columns[n][split] for n in names])) for split in ("calib", "dev")}
     gold = torch.tensor([g for _, _, g, _ in calib])
-    params = torch.zeros(len(names) + len(LABELS), dtype=torch.float64)
-    params[: len(names)] = 1.0
-    params.requires_grad_(True)
-    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
+    params = fit_column_stack(list(x["calib"]), gold)
 
     def combined(split: str) -> torch.Tensor:
         return (params[: len(names), None, None] * x[split]).sum(0) + params[len(names):]
 
-    def closure():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(combined("calib"), gold)
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    with torch.no_grad():
-        nll = float(F.cross_entropy(combined("calib"), gold))
-        probs = {split: torch.softmax(combined(split), 1).numpy() for split in ("calib", "dev")}
+    nll = float(F.cross_entropy(combined("calib"), gold))
+    probs = {split: torch.softmax(combined(split), 1).numpy() for split in ("calib", "dev")}
     offsets = fit_decision_offsets(probs["calib"], gold.numpy(), list(LABELS))
     pred = np.argmax(np.log(np.clip(probs["dev"], 1e-12, 1)) + offsets, axis=1)
     return {"weights": dict(zip(names, [round(float(w), 3) for w in params[: len(names)]])),

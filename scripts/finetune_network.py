@@ -29,7 +29,6 @@ import argparse
 import copy
 import hashlib
 import math
-import os
 import random
 import time
 from pathlib import Path
@@ -38,15 +37,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mgeo_index import settings
 from mgeo_index.features import pair_features_batch
+from mgeo_index.inference import _autocast
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import pair_logits
-from mgeo_index.inference import _autocast
-from mgeo_index.training.calibrate import fit_temperature
+from mgeo_index.training.calibrate import fit_column_stack, fit_temperature, pair_logits
 from mgeo_index.training.loops import class_weights, resolve_precision, shuffled_batches, timed_loop
 from mgeo_index.training.teacher import SOURCE_WEIGHTS, load_teacher
 
@@ -120,7 +119,7 @@ def teacher_logits(rows: list[tuple]) -> np.ndarray:
     key = hashlib.sha1(f"{args.teacher.resolve()}:{args.teacher.stat().st_mtime_ns}".encode())
     for a, b, *_ in rows:
         key.update(f"{a}\t{b}\n".encode())
-    cache = Path(os.environ.get("MGEO_INDEX_CACHE", Path.home() / ".cache" / "mgeo-index")) / "distil"
+    cache = settings.cache_dir() / "distil"
     path = cache / f"{key.hexdigest()[:16]}.npy"
     if path.exists():
         return np.load(path)
@@ -130,26 +129,9 @@ def teacher_logits(rows: list[tuple]) -> np.ndarray:
     return logits
 
 
-def fit_stack_weights(columns: list[torch.Tensor], gold: torch.Tensor) -> list:
-    """One weight per logits column and a bias per label, by L-BFGS on the NLL of ``gold`` (as the shipped stack)."""
-    params = torch.zeros(len(columns) + 3, dtype=torch.float64)
-    params[: len(columns)] = 1.0
-    params.requires_grad_(True)
-    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(sum(w * c for w, c in zip(params, columns)) + params[len(columns):], gold)
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    values = params.detach()
-    return [float(v) for v in values[: len(columns)]] + [values[len(columns):].clone()]
-
-
-def stack_logits(fitted: list, columns: list[torch.Tensor]) -> torch.Tensor:
-    return sum(w * c for w, c in zip(fitted[:-1], columns)) + fitted[-1]
+def stack_logits(fitted: torch.Tensor, columns: list[torch.Tensor]) -> torch.Tensor:
+    """The columns combined with :func:`fit_column_stack`'s weights and biases."""
+    return sum(w * c for w, c in zip(fitted, columns)) + fitted[len(columns):]
 
 
 scale = 1.0  # residual: the weight of the network's logits beside the fixed offsets
@@ -185,13 +167,13 @@ else:  # the fixed offsets: the feature head's logits
                    "calib": [calib_targets.double(), torch.tensor(pair_logits(network, [e[:3] for e in calib]))]}
         columns["train"].append(torch.tensor(teacher_logits(train)))
         columns["calib"].append(torch.tensor(teacher_logits(calib)))
-        two = fit_stack_weights(columns["calib"][:2], gold_c)
-        three = fit_stack_weights(columns["calib"], gold_c)
-        print(f"stack on calib: head + network {two}, + teacher {three}", flush=True)
+        two = fit_column_stack(columns["calib"][:2], gold_c)
+        three = fit_column_stack(columns["calib"], gold_c)
+        print(f"stack on calib: head + network {two.tolist()}, + teacher {three.tolist()}", flush=True)
         soft = torch.log_softmax(stack_logits(three, columns["train"]), 1).float()
         scale = float(two[1])  # the student's logits enter as the shipped network's do
-        targets = (two[0] * targets.double() + two[-1]).float()
-        calib_targets = (two[0] * calib_targets.double() + two[-1]).float()
+        targets = (two[0] * targets.double() + two[2:]).float()
+        calib_targets = (two[0] * calib_targets.double() + two[2:]).float()
 print(f"{args.mode}: {len(train)} train / {len(calib)} calib pairs, targets in {time.perf_counter() - started:.0f} s", flush=True)
 rows = [e + (i,) for i, e in enumerate(train)]
 batches = shuffled_batches(rows, args.batch, rng)

@@ -118,3 +118,11 @@ def group_decide(head: dict, probs: np.ndarray, keys: Sequence, labels: Sequence
     out = _softmax(_logits(head, group_inputs(probs, keys, labels)))
     decided = np.argmax(np.log(np.clip(out, 1e-12, 1.0)) + np.asarray(head["decision_offsets"]), axis=1)
     return out.astype(np.float32), decided
+
+
+def decide(cross, probs: np.ndarray, keys: Sequence | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, label indices) of scored pairs: within their groups (``keys``: each pair's first address,
+    in file order) by ``cross``'s group head when it has one, else each pair alone (``cross.decide``)."""
+    if keys is not None and getattr(cross, "group_head", None) is not None:
+        return group_decide(cross.group_head, probs, keys, cross.labels)
+    return probs, cross.decide(probs)

@@ -72,21 +72,30 @@ def _features_of(examples) -> torch.Tensor:
     return torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples]))
 
 
-def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.ndarray) -> dict:
-    """alpha, beta, per-class bias minimizing NLL of alpha·network + beta·features + bias (L-BFGS)."""
-    net, feat = torch.tensor(network_logits, dtype=torch.float64), torch.tensor(feature_logits, dtype=torch.float64)
-    target = torch.tensor(gold)
-    params = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+def fit_column_stack(columns, gold, *, max_iter: int = 300) -> torch.Tensor:
+    """One weight per logits column (each (n, 3)) and a bias per label, starting from weights 1 and biases 0,
+    minimizing the NLL of ``gold`` (L-BFGS): the stacked scorer's combination, for any number of columns.
+    Returns the fitted parameters: the weights, then the biases."""
+    columns = [torch.as_tensor(c, dtype=torch.float64) for c in columns]
+    target = torch.as_tensor(gold)
+    params = torch.zeros(len(columns) + columns[0].shape[1], dtype=torch.float64)
+    params[: len(columns)] = 1.0
+    params.requires_grad_(True)
+    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=max_iter, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
-        loss = F.cross_entropy(params[0] * net + params[1] * feat + params[2:], target)
+        loss = F.cross_entropy(sum(w * c for w, c in zip(params, columns)) + params[len(columns):], target)
         loss.backward()
         return loss
 
     optimizer.step(closure)
-    alpha, beta, *bias = params.detach().tolist()
+    return params.detach()
+
+
+def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.ndarray) -> dict:
+    """alpha, beta, per-class bias minimizing NLL of alpha·network + beta·features + bias (L-BFGS)."""
+    alpha, beta, *bias = fit_column_stack([network_logits, feature_logits], gold, max_iter=200).tolist()
     return {"alpha": alpha, "beta": beta, "bias": bias, "features": list(FEATURE_NAMES)}
 
 
