@@ -236,3 +236,66 @@ def test_a_fine_tuning_snapshot_replaces_the_pretraining_one_and_resumes_fine_tu
     assert not any("[teacher mlm]" in line for line in logs)
     assert any("[teacher cross] resuming at step" in line for line in logs)
     assert "mlm" not in more and more["cross"]["steps"] > again["cross"]["steps"] and more["cross"]["done"]
+
+
+def test_bi_distil_relevance_and_positives_follow_labels_first():
+    from mgeo_index.training.bi_distil import DistilConfig, query_lists, relevance_of
+
+    exact, not_match = LABELS.index("exact_match"), LABELS.index("not_match")
+    probs = np.array([[0.2, 0.5, 0.3], [0.9, 0.05, 0.05], [0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.65, 0.3, 0.05]], dtype=np.float32)
+    gold = np.array([exact, -1, not_match, -1, -1], dtype=np.int8)
+    r = relevance_of(probs, gold)
+    assert r[1] == pytest.approx(0.9 + 0.3 * 0.05)  # unlabelled: the cross-encoder's own relevance
+    assert r[0] == pytest.approx(0.5 * (0.2 + 0.3 * 0.5) + 0.5)  # labelled exact: half-way to 1
+    assert r[2] == pytest.approx(0.5 * (0.7 + 0.3 * 0.2))  # labelled not_match: half-way to 0
+    pools = {"queries": np.array(["甲", "乙", "丙"]), "query_catalog": np.array(["ccks", "ccks", "shenzhen"]),
+             "documents": np.array(list("abcde")),
+             "q": np.array([0, 0, 0, 1, 2], dtype=np.int32), "d": np.arange(5, dtype=np.int32), "gold": gold, "probs": probs}
+    lists = query_lists(pools, DistilConfig(data_dir=None, pseudo_positive_min=0.6), random.Random(0))
+    by_text = {q.text: q for q in lists}
+    # the labelled gold wins over a more confident unlabelled candidate; a labelled not_match never is a positive
+    assert by_text["甲"].rows[by_text["甲"].positive] == 0
+    assert by_text["乙"].positive == -1  # P(exact) 0.1: no positive, the KL alone teaches it
+    assert by_text["丙"].rows[by_text["丙"].positive] == 4  # unlabelled, P(exact) 0.65 ≥ 0.6
+    assert by_text["丙"].catalog == "shenzhen"
+    # by default only labelled gold is a positive
+    strict = {q.text: q for q in query_lists(pools, DistilConfig(data_dir=None), random.Random(0))}
+    assert strict["丙"].positive == -1 and strict["甲"].rows[strict["甲"].positive] == 0
+
+
+def test_bi_distil_mines_scores_trains_resumes_and_exports(tiny_data, tiny_model_dirs, tmp_path):
+    """Pools scored by a (random, tiny) cross-encoder, fine-tuning with checkpoints, a resumed run that continues
+    rather than restarts, and an exported bi-encoder that loads and encodes."""
+    from mgeo_index.training import bi_distil
+
+    bi_dir, cross_dir = tiny_model_dirs
+    cfg = bi_distil.DistilConfig(data_dir=tiny_data, out=tmp_path / "distil", bi_model=bi_dir, cross_model=cross_dir,
+                                 minutes=0.03, batch=8, negatives=3, pool_k=4, shenzhen_queries=20, kl_weight=0.5,
+                                 checkpoint_minutes=0.005, eval_minutes=0.005, log=lambda _: None)
+    cross = load_cross_encoder(cross_dir)
+    pools = bi_distil.mine_pools(cfg, load_bi_encoder(bi_dir), cross)
+    assert len(pools["q"]) == len(pools["d"]) == len(pools["probs"]) > 0
+    np.testing.assert_allclose(pools["probs"].sum(1), 1.0, atol=1e-5)
+    texts = pools["documents"][pools["d"]]
+    assert not (texts == pools["queries"][pools["q"]]).any()  # a query is never its own candidate
+    # every labelled candidate that is in the catalog is in its query's pool, with its label
+    assert (pools["gold"] == LABELS.index("exact_match")).sum() > 0
+    # the pools are kept: a second call reads them instead of mining again
+    (cfg.out / "scores").rename(tmp_path / "scores-gone")
+    again = bi_distil.mine_pools(cfg, load_bi_encoder(bi_dir), cross)
+    np.testing.assert_array_equal(again["probs"], pools["probs"])
+
+    best = bi_distil.stage_train(cfg, pools)
+    record = json.loads((cfg.out / "bi_distil.json").read_text())
+    first_steps = record["train"]["steps"]
+    assert best.exists() and first_steps >= 1 and record["train"]["evals"][0]["step"] == 0
+    # a larger budget continues from the checkpoint: more steps, the earlier ones not redone
+    (cfg.out / "train_done.json").unlink()
+    cfg.minutes = record["train"]["minutes"] + 0.02
+    bi_distil.stage_train(cfg, pools)
+    longer = json.loads((cfg.out / "bi_distil.json").read_text())["train"]
+    assert longer["steps"] > first_steps and longer["minutes"] >= cfg.minutes
+    stats = bi_distil.export(cfg, best, tmp_path / "bi-out")
+    assert set(stats["dev"]) == {"distilled", "before"}
+    exported = load_bi_encoder(tmp_path / "bi-out")
+    assert inference.encode(exported, "北京市朝阳区建国路8号").shape == (exported.dim,)

@@ -3,10 +3,12 @@ budgeted loop and its learning-rate schedule, endless shuffled batches, class we
 """
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -76,6 +78,17 @@ def timed_loop(
             checkpoint(step, time.perf_counter() - start)
             last_checkpoint = time.perf_counter()
     return step, time.perf_counter() - start
+
+
+def record_stage(path: Path, cfg, stage: str, stats: dict) -> None:
+    """Merge a stage's figures into a recipe's JSON record at ``path`` (its settings ``cfg``, a dataclass with a
+    ``log`` callable, are written the first time)."""
+    from mgeo_index.files import write_json_atomic
+
+    record = json.loads(path.read_text()) if path.exists() else {}
+    record.setdefault("config", {k: str(v) for k, v in asdict(cfg).items() if k != "log"})
+    record[stage] = stats
+    write_json_atomic(path, record)
 
 
 def shuffled_batches(items: list, size: int, rng: random.Random) -> Iterator[list]:

@@ -35,7 +35,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +51,8 @@ from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
-from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, shuffled_batches, timed_loop
+from mgeo_index.training.loops import (class_weights, mask_spans, record_stage, resolve_precision, shuffled_batches,
+                                      timed_loop)
 
 DEFAULT_OUT = Path(os.environ.get("MGEO_INDEX_CACHE", Path.home() / ".cache" / "mgeo-index")) / "teacher"
 # Loss weight of a labelled pair by its source. The held-out CCKS pairs are round-2 queries: round 2
@@ -99,11 +100,7 @@ def _autocast(cfg: TeacherConfig):
 
 def _record(cfg: TeacherConfig, stage: str, stats: dict) -> None:
     """Merge a stage's figures into ``out/teacher.json`` (the recipe's record, all runs summed)."""
-    path = cfg.out / "teacher.json"
-    record = json.loads(path.read_text()) if path.exists() else {}
-    record.setdefault("config", {k: str(v) for k, v in asdict(cfg).items() if k != "log"})
-    record[stage] = stats
-    write_json_atomic(path, record)
+    record_stage(cfg.out / "teacher.json", cfg, stage, stats)
 
 
 def _checkpoint(model, optimizer, rng: random.Random, steps: int, elapsed: float, **extra) -> dict:
