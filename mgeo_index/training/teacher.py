@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import shutil
 import time
@@ -43,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification
 
+from mgeo_index import settings
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.manifest import quiet_transformers
@@ -54,7 +54,7 @@ from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
 from mgeo_index.training.loops import (class_weights, mask_spans, record_stage, resolve_precision, shuffled_batches,
                                       timed_loop)
 
-DEFAULT_OUT = Path(os.environ.get("MGEO_INDEX_CACHE", Path.home() / ".cache" / "mgeo-index")) / "teacher"
+DEFAULT_OUT = settings.cache_dir() / "teacher"
 # Loss weight of a labelled pair by its source. The held-out CCKS pairs are round-2 queries: round 2
 # relabelled some round-1 pairs and calls exact_match five times as often as the round-1 tail.
 SOURCE_WEIGHTS = {"round2_train": 1.5, "round1_train_fold0": 1.0, "round1_train_tail": 0.6, "shenzhen": 1.0}
