@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mgeo_index import settings
+from mgeo_index import inference, settings
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.settings import LABELS
@@ -125,7 +125,6 @@ def mine_pools(cfg: DistilConfig, bi: BiEncoder, cross) -> dict[str, np.ndarray]
     The pools are mined once per ``out``: other pool settings or models want another ``--out``."""
     import faiss
 
-    from mgeo_index import inference
     from mgeo_index.sparse import build_sparse
 
     path = cfg.out / "pools.npz"
@@ -240,9 +239,7 @@ def batch_loss(bi: BiEncoder, queries: list[Query], tagged: list[tuple[str, str]
         enc = bi.tokenizer(batch, padding=True, truncation=True, max_length=bi.max_length, return_tensors="pt")
         return F.normalize(bi(**{k: v.to(device) for k, v in enc.items()}).float(), dim=-1)
 
-    from mgeo_index.inference import _autocast
-
-    with _autocast(device, resolve_precision(cfg.precision)):
+    with inference._autocast(device, resolve_precision(cfg.precision)):
         qv, dv = embed(texts), embed(docs)
     sims = qv @ dv.T / TEMPERATURE  # (Q, D)
     ids = torch.tensor(doc_ids)
@@ -284,11 +281,10 @@ def calib_queries(cfg: DistilConfig, split: str = "calib") -> dict[str, tuple[li
     return out
 
 
-def dense_mrr(bi: BiEncoder, sets: dict, precision: str = "bf16") -> dict[str, dict]:
+def dense_retrieval(bi: BiEncoder, sets: dict, precision: str = "bf16") -> dict[str, dict]:
     """Dense recall@1/5/10 and MRR@10 of each catalog's queries over it (exact search)."""
     import faiss
 
-    from mgeo_index import inference
     from mgeo_index.metrics import retrieval_report
 
     bi.eval()
@@ -326,7 +322,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
         state = saved["state"]
         cfg.log(f"[train] resuming at step {state['step']} ({state['elapsed'] / 60:.1f} min done)")
     else:
-        report = dense_mrr(bi, sets)
+        report = dense_retrieval(bi, sets)
         state["evals"].append({"step": 0, "minutes": 0.0, **report})
         state["best"] = {"score": selection_score(report), "step": 0}
         _save(best_path, bi.state_dict())
@@ -343,9 +339,10 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
 
     def step():
         if n_ccks is None:
-            picked = rng.sample(usable, cfg.batch - n_tagged)
+            picked = rng.sample(usable, min(cfg.batch - n_tagged, len(usable)))
         else:
-            picked = rng.sample(by_catalog["ccks"], n_ccks) + rng.sample(by_catalog["shenzhen"], cfg.batch - n_tagged - n_ccks)
+            picked = (rng.sample(by_catalog["ccks"], min(n_ccks, len(by_catalog["ccks"])))
+                      + rng.sample(by_catalog["shenzhen"], min(cfg.batch - n_tagged - n_ccks, len(by_catalog["shenzhen"]))))
         views = [data.augment_tagged(rng.choice(tagged), rng) for _ in range(n_tagged)]
         return batch_loss(bi, picked, [(normalize(messy), normalize(clean)) for messy, clean in views],
                           pools["documents"], cfg, rng)
@@ -358,7 +355,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
                      "torch_rng": torch.get_rng_state(), "state": state})
 
     def evaluate(steps: int, elapsed: float) -> None:
-        report = dense_mrr(bi, sets)
+        report = dense_retrieval(bi, sets)
         score = selection_score(report)
         state["evals"].append({"step": steps, "minutes": elapsed / 60, **report})
         cfg.log(f"[train] step {steps} ({elapsed / 60:.1f} min): calib ccks {report['ccks']} shenzhen "
@@ -396,7 +393,7 @@ def export(cfg: DistilConfig, best_path: Path, target: Path) -> dict:
     bi = load_bi_encoder(target)  # as it ships: FP16 weights
     shipped = load_bi_encoder(cfg.bi_model)
     sets = calib_queries(cfg, "dev")
-    stats = {"dev": {"distilled": dense_mrr(bi, sets), "before": dense_mrr(shipped, sets)}}
+    stats = {"dev": {"distilled": dense_retrieval(bi, sets), "before": dense_retrieval(shipped, sets)}}
     _record(cfg, "export", {"to": str(target), **stats})
     return stats
 
