@@ -533,6 +533,17 @@ def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
     return stats
 
 
+def export_weights(cfg: TeacherConfig, weights: Path, target: Path) -> dict:
+    """:func:`stage_export` of given weights (a snapshot or checkpoint :func:`load_teacher` reads), e.g. the
+    repository's ``teacher/cross-snapshot.safetensors`` on a machine that never trained the teacher."""
+    import tempfile
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cfg.out) as raw:
+        load_teacher(weights).save(raw)
+        return stage_export(cfg, Path(raw), target)
+
+
 def train_teacher(cfg: TeacherConfig, export_to: Path | None = None) -> dict:
     quiet_transformers()
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -562,11 +573,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="start from the FP16 pretraining snapshot here when --out has no checkpoint (teacher/)")
     parser.add_argument("--save-snapshot", type=Path, default=None,
                         help="only write the latest stage's FP16 snapshot here (teacher/) and exit")
+    parser.add_argument("--export-from", type=Path, default=None,
+                        help="only export these weights (a fine-tuning snapshot or checkpoint, e.g. "
+                             "teacher/cross-snapshot.safetensors) to --export, without training, and exit")
     args = vars(parser.parse_args(argv))
-    export, save_to = args.pop("export"), args.pop("save_snapshot")
+    export, save_to, export_from = args.pop("export"), args.pop("save_snapshot"), args.pop("export_from")
     cfg = TeacherConfig(data_dir=args.pop("data"), log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True), **args)
     if save_to is not None:
         print(json.dumps(save_snapshot(cfg, save_to), indent=2))
+        return
+    if export_from is not None:
+        if export is None:
+            parser.error("--export-from needs --export DIR (where the exported teacher goes)")
+        print(json.dumps(export_weights(cfg, export_from, export), indent=2))
         return
     print(json.dumps(train_teacher(cfg, export), indent=2, default=str))
 
