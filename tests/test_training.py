@@ -299,3 +299,27 @@ def test_bi_distil_mines_scores_trains_resumes_and_exports(tiny_data, tiny_model
     assert set(stats["dev"]) == {"distilled", "before"}
     exported = load_bi_encoder(tmp_path / "bi-out")
     assert inference.encode(exported, "北京市朝阳区建国路8号").shape == (exported.dim,)
+
+
+def test_teacher_weights_export_without_training(tiny_data, tmp_path):
+    """--export-from: a (random-weight, full-size) fine-tuning snapshot becomes a cross-encoder that eval pairs loads,
+    with a temperature and decision offsets fitted on the calibration split, and no training runs."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from mgeo_index.training.teacher import TeacherConfig, bert_config, main
+
+    cfg = TeacherConfig(data_dir=tiny_data)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(bert_config(cfg, AutoTokenizer.from_pretrained(cfg.tokenizer)))
+    save_file({k: v.half().contiguous() for k, v in model.state_dict().items()}, tmp_path / "cross-snapshot.safetensors")
+    main(["--data", str(tiny_data), "--out", str(tmp_path / "out"), "--export-from", str(tmp_path / "cross-snapshot.safetensors"),
+          "--export", str(tmp_path / "exported")])
+    cross = load_cross_encoder(tmp_path / "exported")
+    assert cross.temperature > 0 and len(cross.decision_offsets) == 3
+    assert not (tmp_path / "out" / "cross_checkpoint.pt").exists()  # nothing trained
+    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
+    with pytest.raises(SystemExit):  # --export-from without --export is refused
+        main(["--data", str(tiny_data), "--export-from", str(tmp_path / "cross-snapshot.safetensors")])
