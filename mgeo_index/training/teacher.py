@@ -23,7 +23,8 @@ continues where the last run stopped, and a larger budget continues a finished s
 
 Run: ``OMP_NUM_THREADS=1 nohup python -m mgeo_index.training.teacher --data ../shared/data
 --mlm-minutes 240 --cross-minutes 300 > teacher.log &``; the wall-clock of every stage (summed over
-all runs) is in ``out/teacher.json``.
+all runs) is in ``out/teacher.json``. ``--export-from WEIGHTS --export DIR`` runs stage 3 alone on given weights
+(the repository's ``teacher/cross-snapshot.safetensors`` on a machine that never trained the teacher).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import json
 import math
 import random
 import shutil
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -536,8 +538,6 @@ def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
 def export_weights(cfg: TeacherConfig, weights: Path, target: Path) -> dict:
     """:func:`stage_export` of given weights (a snapshot or checkpoint :func:`load_teacher` reads), e.g. the
     repository's ``teacher/cross-snapshot.safetensors`` on a machine that never trained the teacher."""
-    import tempfile
-
     cfg.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cfg.out) as raw:
         load_teacher(weights).save(raw)
