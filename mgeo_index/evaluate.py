@@ -176,13 +176,16 @@ def evaluate_retrieval(
     return report
 
 
-def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: list, *, top_k: int = 10) -> dict:
+def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: list, *, top_k: int = 10,
+                             precision: str | None = None) -> dict:
     """recall@1/5/10 and MRR@10 of dense retrieval alone over an in-memory catalog (no index directory,
     no store: how training measures a fresh bi-encoder). ``gold[i]`` is the catalog position (or a
-    collection of positions) of ``queries[i]``'s answer; the catalog goes into an exact (flat) FAISS index."""
+    collection of positions) of ``queries[i]``'s answer; the catalog goes into an exact (flat) FAISS index.
+    ``precision``: the encoding's (:func:`inference.encode`; default the device's)."""
     from mgeo_index import index as faiss_index
 
     index = faiss_index.make_index(bi.dim, "Flat")
-    faiss_index.add(index, inference.encode(bi, [normalize(t) for t in catalog]), np.arange(len(catalog), dtype=np.int64))
-    _, ids = faiss_index.search(index, inference.encode(bi, [normalize(q) for q in queries]), top_k)
+    faiss_index.add(index, inference.encode(bi, [normalize(t) for t in catalog], precision=precision),
+                    np.arange(len(catalog), dtype=np.int64))
+    _, ids = faiss_index.search(index, inference.encode(bi, [normalize(q) for q in queries], precision=precision), top_k)
     return retrieval_report(ids, gold)

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from mgeo_index import inference, settings
+from mgeo_index.evaluate import evaluate_dense_retrieval
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.settings import LABELS
@@ -92,6 +93,12 @@ def _save_arrays(tmp: str, array: np.ndarray | None = None, **arrays: np.ndarray
 # ---- stage 1: pools ------------------------------------------------------------------------------------
 
 
+def catalogs_of(cfg: DistilConfig) -> dict[str, list[str]]:
+    """The two catalogs, normalized and without repeats: what pools and evaluations search."""
+    return {"ccks": list(dict.fromkeys(normalize(t) for t in data.ccks_catalog(cfg.data_dir))),
+            "shenzhen": list(dict.fromkeys(normalize(t) for t in data.shenzhen_catalog(cfg.data_dir)))}
+
+
 def training_queries(cfg: DistilConfig, rng: random.Random) -> list[tuple[str, str, dict[str, str]]]:
     """(catalog name, normalized query, {normalized labelled candidate: label}) for the train split."""
     by_query: dict[tuple[str, str], dict[str, str]] = {}
@@ -132,8 +139,7 @@ def mine_pools(cfg: DistilConfig, bi: BiEncoder, cross) -> dict[str, np.ndarray]
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
     rng = random.Random(cfg.seed)
-    catalogs = {"ccks": list(dict.fromkeys(normalize(t) for t in data.ccks_catalog(cfg.data_dir))),
-                "shenzhen": list(dict.fromkeys(normalize(t) for t in data.shenzhen_catalog(cfg.data_dir)))}
+    catalogs = catalogs_of(cfg)
     queries = training_queries(cfg, rng)
     documents: list[str] = []
     rows_q, rows_d, rows_gold = [], [], []
@@ -267,8 +273,7 @@ def batch_loss(bi: BiEncoder, queries: list[Query], tagged: list[tuple[str, str]
 
 def calib_queries(cfg: DistilConfig, split: str = "calib") -> dict[str, tuple[list[str], list[str], list[set[int]]]]:
     """Per catalog: (catalog, queries, gold positions) of ``split``'s queries with a gold entry in it."""
-    catalogs = {"ccks": list(dict.fromkeys(normalize(t) for t in data.ccks_catalog(cfg.data_dir))),
-                "shenzhen": list(dict.fromkeys(normalize(t) for t in data.shenzhen_catalog(cfg.data_dir)))}
+    catalogs = catalogs_of(cfg)
     pairs = {"ccks": data.ccks_pairs(cfg.data_dir), "shenzhen": data.shenzhen_pairs(cfg.data_dir)}
     out = {}
     for name, catalog in catalogs.items():
@@ -283,15 +288,9 @@ def calib_queries(cfg: DistilConfig, split: str = "calib") -> dict[str, tuple[li
 
 def dense_retrieval(bi: BiEncoder, sets: dict, precision: str = "bf16") -> dict[str, dict]:
     """Dense recall@1/5/10 and MRR@10 of each catalog's queries over it (exact search)."""
-    import faiss
-
-    from mgeo_index.metrics import retrieval_report
-
     bi.eval()
-    out = {}
-    for name, (catalog, queries, gold) in sets.items():
-        _, ranked = faiss.knn(inference.encode(bi, queries, precision=precision), inference.encode(bi, catalog, precision=precision), 10)
-        out[name] = retrieval_report(ranked, gold)
+    out = {name: evaluate_dense_retrieval(bi, queries, catalog, gold, precision=precision)
+           for name, (catalog, queries, gold) in sets.items()}
     bi.train()
     return out
 
