@@ -33,7 +33,6 @@ from mgeo_index.settings import DEFAULT_CROSS_MODEL
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import fit_decision_offsets
 
 LISTWISE = ("jaccard2", "ratio", "partial_ratio", "lcs_a", "numbers_jaccard", "roadno_parsed_agree",
             "roadno_parsed_differ", "poi_parsed_ratio", "subpoi_parsed_agree", "building_parsed_agree")
@@ -50,25 +49,16 @@ def listwise_inputs(features: np.ndarray, keys: list[str]) -> np.ndarray:
 
 
 def cross_validate(x: np.ndarray, gold: np.ndarray, keys: list[str], labels, seed: int, l2: float) -> np.ndarray:
-    """Out-of-fold label decisions of a group head on inputs ``x`` (5 folds of whole queries)."""
+    """Out-of-fold label decisions of a group head on inputs ``x`` (5 folds of whole queries), each fold's head
+    fitted as the shipped one is (:func:`group_head.fit_inputs`)."""
     fold = np.zeros(len(gold), dtype=int)
     for rows in group_head.runs(keys):
         fold[rows] = zlib.crc32(f"{seed}:{keys[rows[0]]}".encode()) % group_head.FOLDS
     decided = np.zeros(len(gold), dtype=int)
     for k in range(group_head.FOLDS):
-        train, test = fold != k, fold == k
-        mean, scale = x[train].mean(0), x[train].std(0) + 1e-6
-        z = (x - mean) / scale
-        weights, bias = group_head._fit(z[train], gold[train], len(labels), l2)
-        inner_rows = np.flatnonzero(train)
-        inner_fold = np.array([zlib.crc32(keys[i].encode()) % group_head.FOLDS for i in inner_rows])
-        inner = np.zeros((len(inner_rows), len(labels)))
-        for j in range(group_head.FOLDS):
-            w, b = group_head._fit(z[inner_rows[inner_fold != j]], gold[inner_rows[inner_fold != j]], len(labels), l2)
-            inner[inner_fold == j] = group_head._softmax(z[inner_rows[inner_fold == j]] @ w + b)
-        offsets = fit_decision_offsets(inner, gold[inner_rows], list(labels))
-        probs = group_head._softmax(z[test] @ weights + bias)
-        decided[test] = np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + offsets, axis=1)
+        train, test = np.flatnonzero(fold != k), fold == k
+        head = group_head.fit_inputs(x[train], gold[train], [keys[i] for i in train], labels, l2=l2)
+        decided[test] = group_head.predict(head, x[test])[1]
     return decided
 
 

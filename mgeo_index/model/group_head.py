@@ -84,14 +84,14 @@ def _fit(z: np.ndarray, gold: np.ndarray, n_labels: int, l2: float) -> tuple[np.
     return weights.detach().numpy(), bias.detach().numpy()
 
 
-def fit_group_head(probs: np.ndarray, gold: Sequence[int], keys: Sequence, labels: Sequence[str], *,
-                   l2: float = L2, folds: int = FOLDS) -> dict:
-    """A group head (a JSON-able dict) for the pairwise probabilities ``probs`` (columns in ``labels`` order),
-    the gold label indices and the pairs' group keys, listed run by run."""
+def fit_inputs(x: np.ndarray, gold: Sequence[int], keys: Sequence, labels: Sequence[str], *, l2: float = L2,
+               folds: int = FOLDS) -> dict:
+    """The regression of a group head on any inputs ``x`` (n, k) of pairs listed run by run: standardization,
+    weights and bias fitted on everything, decision offsets for macro-F1 on out-of-fold predictions (folds of
+    whole runs, by a hash of their key). ``scripts/eval_group_head.py`` fits other inputs with it."""
     from mgeo_index.training.calibrate import fit_decision_offsets
 
     gold = np.asarray(gold)
-    x = group_inputs(probs, keys, labels)
     mean, scale = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / scale
     fold = np.array([zlib.crc32(str(keys[rows[0]]).encode()) % folds for rows in runs(keys) for _ in rows])
@@ -103,9 +103,23 @@ def fit_group_head(probs: np.ndarray, gold: Sequence[int], keys: Sequence, label
             held_out[fold == k] = _softmax(z[fold == k] @ w + b)
     offsets = fit_decision_offsets(held_out, gold, list(labels))
     nll = float(-np.log(np.clip(_softmax(z @ weights + bias)[np.arange(len(gold)), gold], 1e-12, 1)).mean())
-    return {"labels": list(labels), "mean": mean.tolist(), "scale": scale.tolist(), "weights": weights.tolist(),
-            "bias": bias.tolist(), "decision_offsets": [float(o) for o in offsets], "l2": l2,
-            "pairs": int(len(gold)), "groups": len(runs(keys)), "calib_nll": round(nll, 4)}
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "weights": weights.tolist(), "bias": bias.tolist(),
+            "decision_offsets": [float(o) for o in offsets], "calib_nll": round(nll, 4)}
+
+
+def fit_group_head(probs: np.ndarray, gold: Sequence[int], keys: Sequence, labels: Sequence[str], *,
+                   l2: float = L2, folds: int = FOLDS) -> dict:
+    """A group head (a JSON-able dict) for the pairwise probabilities ``probs`` (columns in ``labels`` order),
+    the gold label indices and the pairs' group keys, listed run by run."""
+    fitted = fit_inputs(group_inputs(probs, keys, labels), gold, keys, labels, l2=l2, folds=folds)
+    return {"labels": list(labels), **{k: fitted[k] for k in ("mean", "scale", "weights", "bias", "decision_offsets")},
+            "l2": l2, "pairs": int(len(gold)), "groups": len(runs(keys)), "calib_nll": fitted["calib_nll"]}
+
+
+def predict(head: dict, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, decided label indices) of a fitted head (:func:`fit_inputs`) on its inputs ``x``."""
+    out = _softmax(_logits(head, x))
+    return out, np.argmax(np.log(np.clip(out, 1e-12, 1.0)) + np.asarray(head["decision_offsets"]), axis=1)
 
 
 def group_decide(head: dict, probs: np.ndarray, keys: Sequence, labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -115,8 +129,7 @@ def group_decide(head: dict, probs: np.ndarray, keys: Sequence, labels: Sequence
         raise ValueError(f"group head fitted for labels {head['labels']}, not {list(labels)}")
     if not len(probs):
         return np.asarray(probs, dtype=np.float32), np.empty(0, dtype=int)
-    out = _softmax(_logits(head, group_inputs(probs, keys, labels)))
-    decided = np.argmax(np.log(np.clip(out, 1e-12, 1.0)) + np.asarray(head["decision_offsets"]), axis=1)
+    out, decided = predict(head, group_inputs(probs, keys, labels))
     return out.astype(np.float32), decided
 
 
