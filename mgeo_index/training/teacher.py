@@ -33,7 +33,6 @@ import json
 import math
 import random
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -514,12 +513,14 @@ def load_teacher(path: str | Path) -> CrossEncoder:
     return CrossEncoder(model.eval(), tokenizer, max_length=cfg.max_length)
 
 
-def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
-    """FP16 copy of the teacher with its temperature and decision offsets (network alone) in ``target``."""
+def stage_export(cfg: TeacherConfig, cross: CrossEncoder | Path, target: Path) -> dict:
+    """FP16 copy of the teacher (a loaded network, or the folder of one) with its temperature and decision offsets
+    (network alone) in ``target``."""
     from mgeo_index import inference
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
-    cross = load_cross_encoder(cross_path)
+    if not isinstance(cross, CrossEncoder):
+        cross = load_cross_encoder(cross)
     examples = [(normalize(p.a), normalize(p.b), LABELS.index(p.label)) for p in data.ccks_pairs(cfg.data_dir)
                 if split_of(p.group) == "calib"]
     cross.temperature = 1.0
@@ -538,10 +539,8 @@ def stage_export(cfg: TeacherConfig, cross_path: Path, target: Path) -> dict:
 def export_weights(cfg: TeacherConfig, weights: Path, target: Path) -> dict:
     """:func:`stage_export` of given weights (a snapshot or checkpoint :func:`load_teacher` reads), e.g. the
     repository's ``teacher/cross-snapshot.safetensors`` on a machine that never trained the teacher."""
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cfg.out) as raw:
-        load_teacher(weights).save(raw)
-        return stage_export(cfg, Path(raw), target)
+    cfg.out.mkdir(parents=True, exist_ok=True)  # where the export's record goes
+    return stage_export(cfg, load_teacher(weights), target)
 
 
 def train_teacher(cfg: TeacherConfig, export_to: Path | None = None) -> dict:
