@@ -27,7 +27,7 @@ from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import fit_column_stack, fit_decision_offsets, fit_temperature
+from mgeo_index.training.calibrate import column_stack, fit_column_stack, fit_decision_offsets, fit_temperature
 
 
 def load_network(spec: str):
@@ -76,7 +76,7 @@ def stacked(columns: dict[str, dict[str, np.ndarray]], calib, dev) -> dict:
     params = fit_column_stack(list(x["calib"]), gold)
 
     def combined(split: str) -> torch.Tensor:
-        return (params[: len(names), None, None] * x[split]).sum(0) + params[len(names):]
+        return column_stack(params, list(x[split]))
 
     nll = float(F.cross_entropy(combined("calib"), gold))
     probs = {split: torch.softmax(combined(split), 1).numpy() for split in ("calib", "dev")}

@@ -45,7 +45,7 @@ from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import fit_column_stack, fit_temperature, pair_logits
+from mgeo_index.training.calibrate import column_stack, fit_column_stack, fit_temperature, pair_logits
 from mgeo_index.training.loops import class_weights, resolve_precision, shuffled_batches, timed_loop
 from mgeo_index.training.teacher import SOURCE_WEIGHTS, load_teacher
 
@@ -129,11 +129,6 @@ def teacher_logits(rows: list[tuple]) -> np.ndarray:
     return logits
 
 
-def stack_logits(fitted: torch.Tensor, columns: list[torch.Tensor]) -> torch.Tensor:
-    """The columns combined with :func:`fit_column_stack`'s weights and biases."""
-    return sum(w * c for w, c in zip(fitted, columns)) + fitted[len(columns):]
-
-
 scale = 1.0  # residual: the weight of the network's logits beside the fixed offsets
 train, calib = examples("train"), examples("calib")
 weights = class_weights([e[2] for e in train])
@@ -170,7 +165,7 @@ else:  # the fixed offsets: the feature head's logits
         two = fit_column_stack(columns["calib"][:2], gold_c)
         three = fit_column_stack(columns["calib"], gold_c)
         print(f"stack on calib: head + network {two.tolist()}, + teacher {three.tolist()}", flush=True)
-        soft = torch.log_softmax(stack_logits(three, columns["train"]), 1).float()
+        soft = torch.log_softmax(column_stack(three, columns["train"]), 1).float()
         scale = float(two[1])  # the student's logits enter as the shipped network's do
         targets = (two[0] * targets.double() + two[2:]).float()
         calib_targets = (two[0] * calib_targets.double() + two[2:]).float()

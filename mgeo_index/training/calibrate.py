@@ -72,6 +72,12 @@ def _features_of(examples) -> torch.Tensor:
     return torch.from_numpy(pair_features_batch([normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples]))
 
 
+def column_stack(params: torch.Tensor, columns) -> torch.Tensor:
+    """The logits columns (each (n, 3)) combined with :func:`fit_column_stack`'s parameters: one weight per column,
+    then a bias per label."""
+    return sum(w * c for w, c in zip(params, columns)) + params[len(columns):]
+
+
 def fit_column_stack(columns, gold, *, max_iter: int = 300) -> torch.Tensor:
     """One weight per logits column (each (n, 3)) and a bias per label, starting from weights 1 and biases 0,
     minimizing the NLL of ``gold`` (L-BFGS): the stacked scorer's combination, for any number of columns.
@@ -85,7 +91,7 @@ def fit_column_stack(columns, gold, *, max_iter: int = 300) -> torch.Tensor:
 
     def closure():
         optimizer.zero_grad()
-        loss = F.cross_entropy(sum(w * c for w, c in zip(params, columns)) + params[len(columns):], target)
+        loss = F.cross_entropy(column_stack(params, columns), target)
         loss.backward()
         return loss
 
