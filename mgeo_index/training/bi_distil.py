@@ -49,7 +49,8 @@ from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
-from mgeo_index.training.loops import record_stage, resolve_precision, timed_loop
+from mgeo_index.training.loops import (checkpoint_of, record_stage, resolve_precision, restore_checkpoint, save_atomic,
+                                      timed_loop)
 
 EXACT, PARTIAL = LABELS.index("exact_match"), LABELS.index("partial_match")
 TEMPERATURE = 0.05  # the bi-encoder's InfoNCE temperature (training.train.stage_bi)
@@ -313,18 +314,14 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
     sets = calib_queries(cfg)
     state = {"step": 0, "elapsed": 0.0, "best": None, "evals": []}
     if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
-        bi.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        rng.setstate(saved["rng"])
-        torch.set_rng_state(saved["torch_rng"])
-        state = saved["state"]
+        saved = restore_checkpoint(ckpt, bi, optimizer, rng)
+        state = {key: saved[key] for key in ("step", "elapsed", "best", "evals")}
         cfg.log(f"[train] resuming at step {state['step']} ({state['elapsed'] / 60:.1f} min done)")
     else:
         report = dense_retrieval(bi, sets)
         state["evals"].append({"step": 0, "minutes": 0.0, **report})
         state["best"] = {"score": selection_score(report), "step": 0}
-        _save(best_path, bi.state_dict())
+        save_atomic(bi.state_dict(), best_path)
         cfg.log(f"[train] start: {report}")
     n_tagged = round(cfg.batch * cfg.tagged_share)
     with_positive = sum(q.positive >= 0 for q in queries)
@@ -350,8 +347,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
         state.update(step=steps, elapsed=elapsed)
         if time.perf_counter() - last_eval[0] >= cfg.eval_minutes * 60:
             evaluate(steps, elapsed)
-        _save(ckpt, {"model": bi.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
-                     "torch_rng": torch.get_rng_state(), "state": state})
+        save_atomic(checkpoint_of(bi, optimizer, rng, steps, elapsed, best=state["best"], evals=state["evals"]), ckpt)
 
     def evaluate(steps: int, elapsed: float) -> None:
         report = dense_retrieval(bi, sets)
@@ -361,7 +357,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
                 f"{report['shenzhen']['mrr@10']:.4f}; score {score:.4f} (best {state['best']['score']:.4f})")
         if score > state["best"]["score"]:
             state["best"] = {"score": score, "step": steps, "minutes": elapsed / 60}
-            _save(best_path, bi.state_dict())
+            save_atomic(bi.state_dict(), best_path)
         last_eval[0] = time.perf_counter()
 
     steps, elapsed = timed_loop("bi-distil", cfg.minutes, cfg.lr, optimizer, step, cfg.log, start_step=state["step"],
@@ -375,10 +371,6 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
                            "queries_with_positive": with_positive, "best": state["best"], "evals": state["evals"]})
     write_json_atomic(cfg.out / "train_done.json", state["best"])
     return best_path
-
-
-def _save(path: Path, obj) -> None:
-    replace_atomic(path, lambda tmp: torch.save(obj, tmp))
 
 
 # ---- stage 3: export -----------------------------------------------------------------------------------

@@ -80,6 +80,29 @@ def timed_loop(
     return step, time.perf_counter() - start
 
 
+def save_atomic(obj, path: Path) -> None:
+    """``torch.save`` through the one atomic writer (:func:`mgeo_index.files.replace_atomic`)."""
+    from mgeo_index.files import replace_atomic
+
+    replace_atomic(path, lambda tmp: torch.save(obj, tmp))
+
+
+def checkpoint_of(model, optimizer, rng: random.Random, steps: int, elapsed: float, **extra) -> dict:
+    """What a resumable stage's checkpoint holds: weights, optimizer, both random states, progress (+ ``extra``)."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
+            "torch_rng": torch.get_rng_state(), "step": steps, "elapsed": elapsed, **extra}
+
+
+def restore_checkpoint(path: Path, model, optimizer, rng: random.Random) -> dict:
+    """Load a :func:`checkpoint_of` into ``model``, ``optimizer`` and the random states; returns it."""
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    rng.setstate(state["rng"])
+    torch.set_rng_state(state["torch_rng"])
+    return state
+
+
 def record_stage(path: Path, cfg, stage: str, stats: dict) -> None:
     """Merge a stage's figures into a recipe's JSON record at ``path`` (its settings ``cfg``, a dataclass with a
     ``log`` callable, are written the first time)."""

@@ -52,8 +52,8 @@ from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature
-from mgeo_index.training.loops import (class_weights, mask_spans, record_stage, resolve_precision, shuffled_batches,
-                                      timed_loop)
+from mgeo_index.training.loops import (checkpoint_of, class_weights, mask_spans, record_stage, resolve_precision,
+                                      restore_checkpoint, save_atomic, shuffled_batches, timed_loop)
 
 DEFAULT_OUT = settings.cache_dir() / "teacher"
 # Loss weight of a labelled pair by its source. The held-out CCKS pairs are round-2 queries: round 2
@@ -89,10 +89,6 @@ class TeacherConfig:
     log: object = field(default=print, repr=False)
 
 
-def _save_atomic(obj, path: Path) -> None:
-    replace_atomic(path, lambda tmp: torch.save(obj, tmp))
-
-
 def _autocast(cfg: TeacherConfig):
     from mgeo_index.inference import _autocast as autocast
 
@@ -102,22 +98,6 @@ def _autocast(cfg: TeacherConfig):
 def _record(cfg: TeacherConfig, stage: str, stats: dict) -> None:
     """Merge a stage's figures into ``out/teacher.json`` (the recipe's record, all runs summed)."""
     record_stage(cfg.out / "teacher.json", cfg, stage, stats)
-
-
-def _checkpoint(model, optimizer, rng: random.Random, steps: int, elapsed: float, **extra) -> dict:
-    """What a stage's checkpoint holds: weights, optimizer, both random states, progress (+ ``extra``)."""
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
-            "torch_rng": torch.get_rng_state(), "step": steps, "elapsed": elapsed, **extra}
-
-
-def _restore(path: Path, model, optimizer, rng: random.Random) -> dict:
-    """Load a :func:`_checkpoint` into ``model``, ``optimizer`` and the random states; returns it."""
-    state = torch.load(path, weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    rng.setstate(state["rng"])
-    torch.set_rng_state(state["torch_rng"])
-    return state
 
 
 def bert_config(cfg: TeacherConfig, tokenizer) -> BertConfig:
@@ -211,7 +191,7 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
     start_step, start_elapsed = 0, 0.0
     if ckpt.exists():
-        state = _restore(ckpt, model, optimizer, rng)
+        state = restore_checkpoint(ckpt, model, optimizer, rng)
         start_step, start_elapsed = state["step"], state["elapsed"]
         cfg.log(f"[teacher mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
     elif cfg.snapshot is not None and (cfg.snapshot / SNAPSHOT_WEIGHTS).exists():
@@ -253,7 +233,7 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
     started = time.perf_counter()
 
     def save_checkpoint(steps: int, elapsed: float) -> None:
-        _save_atomic(_checkpoint(model, optimizer, rng, steps, elapsed), ckpt)
+        save_atomic(checkpoint_of(model, optimizer, rng, steps, elapsed), ckpt)
         _record(cfg, "mlm", {"steps": steps, "minutes": elapsed / 60, "done": False,
                              "masked_accuracy_last100": float(np.mean(accuracy[-100:])) if accuracy else None,
                              "session_minutes": (time.perf_counter() - started) / 60})
@@ -405,14 +385,14 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
             f"{len(calib)} round-2 calibration pairs")
     start_step, start_elapsed, best = 0, 0.0, {"loss": math.inf}
     if ckpt.exists():
-        state = _restore(ckpt, model, optimizer, rng)
+        state = restore_checkpoint(ckpt, model, optimizer, rng)
         start_step, start_elapsed, best = state["step"], state["elapsed"], state["best"]
         cfg.log(f"[teacher cross] resuming at step {start_step} ({start_elapsed / 60:.1f} min done, best {best})")
     elif snapshot is not None:
         info = json.loads((snapshot / "cross-snapshot.json").read_text())
         start_step, start_elapsed, best = int(info["step"]), float(info["elapsed"]), info["best"] or {"loss": math.inf}
         if "step" in best:
-            _save_atomic(model.state_dict(), best_path)
+            save_atomic(model.state_dict(), best_path)
         cfg.log(f"[teacher cross] no checkpoint in {cfg.out}: starting from the snapshot in {snapshot} (step {start_step}, "
                 f"{start_elapsed / 60:.1f} min done, best {best}; optimizer state starts afresh)")
     batches = shuffled_batches(train, cfg.cross_batch, rng)
@@ -451,9 +431,9 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
             cfg.log(f"[teacher cross] step {steps} round-2 calib loss {loss:.4f} (best {best['loss']:.4f})")
             if loss < best["loss"]:
                 best.update(loss=loss, step=steps, minutes=elapsed / 60)
-                _save_atomic(model.state_dict(), best_path)
+                save_atomic(model.state_dict(), best_path)
             model.train()
-        _save_atomic(_checkpoint(model, optimizer, rng, steps, elapsed, best=best), ckpt)
+        save_atomic(checkpoint_of(model, optimizer, rng, steps, elapsed, best=best), ckpt)
         _record(cfg, "cross", {"steps": steps, "minutes": elapsed / 60, "done": False, "best": best,
                                "session_minutes": (time.perf_counter() - started) / 60})
 

@@ -25,7 +25,6 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequ
 
 from mgeo_index import inference
 from mgeo_index.evaluate import evaluate_dense_retrieval, evaluate_pairs as evaluate_labeled_pairs
-from mgeo_index.files import replace_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.model.tokenizer import build_char_tokenizer
@@ -35,7 +34,7 @@ from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import calibrate, pair_logits
 from mgeo_index.training.config import TrainConfig
-from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, shuffled_batches, timed_loop
+from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, save_atomic, shuffled_batches, timed_loop
 
 
 def _autocast(cfg: TrainConfig):
@@ -112,7 +111,7 @@ def stage_mlm(cfg: TrainConfig, tokenizer, texts: list[str]) -> tuple[Path, dict
     def save_checkpoint(steps: int, elapsed: float) -> None:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.getstate(),
                  "step": steps, "elapsed": elapsed, "config": _bert_config(cfg, tokenizer).to_dict()}
-        replace_atomic(ckpt, lambda tmp: torch.save(state, tmp))
+        save_atomic(state, ckpt)
 
     steps, elapsed = timed_loop("mlm", cfg.mlm_minutes, cfg.mlm_lr, optimizer, step, cfg.log,
                                 start_step=start_step, start_elapsed=start_elapsed, checkpoint=save_checkpoint)
