@@ -7,7 +7,8 @@ sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each 
 - ``torch``: the module itself, FP32 (the reference);
 - ``bf16``: the module under bfloat16 autocast (AVX512-BF16/AMX CPUs: 1.8× FP32 on this machine);
 - ``compile``: ``torch.compile(dynamic=True)`` (Inductor; compiles on the first batches);
-- ``int8``: dynamic int8 quantization of the Linear layers (``torch.ao.quantization.quantize_dynamic``);
+- ``int8``: the Linear layers in int8 with per-channel weight and per-row activation scales, summed
+  exactly in int32 (:mod:`mgeo_index.quant`), so batch-mates change nothing;
 - ``onnx``: ONNX Runtime on a graph exported with dynamic batch and sequence axes, cached in
   :func:`mgeo_index.settings.cache_dir` under the model's fingerprint so it is exported once.
 
@@ -90,14 +91,11 @@ def ensure(model: torch.nn.Module, name: str | None = None, *, device: str = "cp
 
 
 def _quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose Linear layers compute in int8 with per-batch activation scales."""
-    from torch.ao.quantization import quantize_dynamic
+    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.quant.quantize_linears`)."""
+    from mgeo_index import quant
 
     model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
-    with warnings.catch_warnings():  # torch 2.13 announces torch.ao's move to torchao on every call
-        warnings.simplefilter("ignore", category=UserWarning)
-        warnings.simplefilter("ignore", category=DeprecationWarning)
-        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8).eval()
+    return quant.quantize_linears(copy.deepcopy(model)).eval()
 
 
 def onnx_path(model) -> Path:

@@ -112,14 +112,14 @@ def cross_model_path(path: str | Path | None = None) -> Path:
     return Path(path or env("CROSS_MODEL") or DEFAULT_CROSS_MODEL)
 
 
-# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says: plain FP32 torch, whose
-# results do not depend on what else is in a batch (a probability moves by < 1e-6 with its batch-mates and
-# --top-k; int8's per-batch activation scales move it by ~1e-3 and can flip a borderline label). int8 is
-# 1.49x faster at encoding and 1.25x at scoring pairs on this project's 2-core AVX2 machine (`mgeo-index
-# bench --backends torch,int8`, README), 2.4x / 3.0x on an AVX512-VNNI one: choose it with --backend int8
-# where that speed matters more than batch independence. The cascade (cross.gate) skips the network for
-# most candidates, which recovers more than int8 gave.
-DEFAULT_CPU_BACKEND = "torch"
+# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says: int8 by rows (mgeo_index.quant:
+# per-channel weights, per-token activation scales, exact int32 sums), whose results do not depend on what
+# else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and --top-k), at 1.75x
+# FP32's speed on both towers here and the same CCKS dev macro-F1 (0.6937 against 0.6935; `mgeo-index bench
+# --backends torch,int8`, README). `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default
+# until 2026-11, scaled activations per batch and moved probabilities by ~1e-3; FP32 replaced it on
+# 2026-12-01, int8 by rows it the same day.)
+DEFAULT_CPU_BACKEND = "int8"
 # Every inference backend (mgeo_index.backends implements them); here so that naming them imports no torch.
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 

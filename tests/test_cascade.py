@@ -36,7 +36,7 @@ def test_skipped_pairs_keep_the_feature_only_probabilities_and_the_rest_the_netw
         gated = inference.score_pairs(cross, A, B, features=features)
         assert skipped.any() and not skipped.all()  # 广州 / 海淀 candidates are clear not-matches, the others are not
         np.testing.assert_allclose(gated[skipped], alone[skipped], atol=1e-7)
-        np.testing.assert_allclose(gated[~skipped], full[~skipped], atol=2e-3)  # int8: batch-mates differ
+        np.testing.assert_allclose(gated[~skipped], full[~skipped], atol=1e-6)  # other batch-mates, same results
         assert (cross.decide(gated)[skipped] == cross.decide(alone)[skipped]).all()
         _with_gate(cross, 1.01)  # nothing skipped: the stacked scorer's probabilities
         np.testing.assert_allclose(inference.score_pairs(cross, A, B), full, atol=1e-6)
