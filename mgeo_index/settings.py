@@ -114,9 +114,9 @@ def cross_model_path(path: str | Path | None = None) -> Path:
 
 # The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says: int8 by rows (mgeo_index.quant:
 # per-channel weights, per-token activation scales, exact int32 sums), whose results do not depend on what
-# else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and --top-k), at 1.75x
-# FP32's speed on both towers here and the same CCKS dev macro-F1 (0.6937 against 0.6935; `mgeo-index bench
-# --backends torch,int8`, README). `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default
+# else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and --top-k), at 2.0x
+# FP32's speed on both towers on an AVX512-VNNI machine and the same CCKS dev macro-F1 (0.6937 against 0.6935;
+# `mgeo-index bench --backends torch,int8`, README). `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default
 # until 2026-11, scaled activations per batch and moved probabilities by ~1e-3; FP32 replaced it on
 # 2026-12-01, int8 by rows it the same day.)
 DEFAULT_CPU_BACKEND = "int8"
