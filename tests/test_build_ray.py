@@ -35,8 +35,8 @@ from mgeo_index.update import add, check  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Ray start-up and actor pools: tens of seconds
 
-# Both engines embed the same batches (one chunk per actor call) with FP32 torch, which is batch-independent:
-# the vectors agree to float rounding (0.0 measured on this machine); this bounds thread-count effects.
+# Both engines embed the same batches (one chunk per actor call) with the default backend (int8 by rows; FP32
+# before), which is batch-independent: the vectors agree to float rounding; this bounds thread-count effects.
 TOLERANCE = 1e-5
 CHUNK = 64  # 300 sample rows → 5 batches per step, spread over the 2 actors
 QUERIES = ["深圳南山中山路75号东方科技园", "北京海淀东风路127号东方大厦", "南京鼓楼中山路89号星河广场"]
