@@ -94,7 +94,12 @@ class Resolver:
             rankings.append(self.sparse.search(normalized, depth)[1])
             weights.append(1.0)
             if CORE_WEIGHT:
-                rankings.append(self.sparse.search([features.without_admin(q) for q in normalized], depth)[1])
+                cores = [features.without_admin(q) for q in normalized]
+                changed = [i for i, (core, q) in enumerate(zip(cores, normalized)) if core != q]
+                core_ranking = rankings[-1].copy()  # a query with no admin part is its own core: searched once
+                if changed:
+                    core_ranking[changed] = self.sparse.search([cores[i] for i in changed], depth)[1]
+                rankings.append(core_ranking)
                 weights.append(CORE_WEIGHT)
         candidates = sparse_index.fuse(rankings, depth, weights)
         stacked = reranking and self.cross.feature_head is not None

@@ -278,3 +278,27 @@ def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_
     # a re-build keeps the structure it has (auto chooses only for a new index) and embeds nothing again
     again = build(sample_catalog, tmp_path / "ivf", id_column="poi_id", device="cpu")
     assert again.vectors_added == 0 and again.index_factory.startswith("auto: IVF4,SQ8")
+
+
+def test_a_query_without_an_admin_part_is_searched_once_for_its_core(built, monkeypatch):
+    """Hybrid retrieval also searches each query's text below its admin levels; where there is none, that text is
+    the query itself, so its first search's answer is reused (same candidates, one n-gram search fewer)."""
+    from mgeo_index.features import without_admin
+
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    queries = ["中山路75号东方科技园", "深圳市南山区中山路75号东方科技园"]
+    assert without_admin(queries[0]) == queries[0] and without_admin(queries[1]) != queries[1]
+    before = resolver.resolve(queries, top_k=5)
+    searched = []
+    real = resolver.sparse.search
+
+    def counting(texts, k):
+        searched.append(list(texts))
+        return real(texts, k)
+
+    monkeypatch.setattr(resolver.sparse, "search", counting)
+    after = resolver.resolve(queries, top_k=5)
+    assert searched == [queries, [without_admin(queries[1])]]  # the admin-free query once, not twice
+    assert [[m["id"] for m in ms] for ms in after] == [[m["id"] for m in ms] for ms in before]
+    assert after[0][0]["probabilities"] == pytest.approx(before[0][0]["probabilities"], abs=1e-6)
