@@ -287,9 +287,11 @@ def calib_queries(cfg: DistilConfig, split: str = "calib") -> dict[str, tuple[li
     return out
 
 
-def dense_retrieval(bi: BiEncoder, sets: dict, precision: str = "bf16") -> dict[str, dict]:
-    """Dense recall@1/5/10 and MRR@10 of each catalog's queries over it (exact search)."""
+def dense_retrieval(bi: BiEncoder, sets: dict, cfg: DistilConfig) -> dict[str, dict]:
+    """Dense recall@1/5/10 and MRR@10 of each catalog's queries over it (exact search), encoded in the precision
+    the stage trains in (``cfg.precision``)."""
     bi.eval()
+    precision = resolve_precision(cfg.precision)
     out = {name: evaluate_dense_retrieval(bi, queries, catalog, gold, precision=precision)
            for name, (catalog, queries, gold) in sets.items()}
     bi.train()
@@ -318,7 +320,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
         state = {key: saved[key] for key in ("step", "elapsed", "best", "evals")}
         cfg.log(f"[train] resuming at step {state['step']} ({state['elapsed'] / 60:.1f} min done)")
     else:
-        report = dense_retrieval(bi, sets)
+        report = dense_retrieval(bi, sets, cfg)
         state["evals"].append({"step": 0, "minutes": 0.0, **report})
         state["best"] = {"score": selection_score(report), "step": 0}
         save_atomic(bi.state_dict(), best_path)
@@ -350,7 +352,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
         save_atomic(checkpoint_of(bi, optimizer, rng, steps, elapsed, best=state["best"], evals=state["evals"]), ckpt)
 
     def evaluate(steps: int, elapsed: float) -> None:
-        report = dense_retrieval(bi, sets)
+        report = dense_retrieval(bi, sets, cfg)
         score = selection_score(report)
         state["evals"].append({"step": steps, "minutes": elapsed / 60, **report})
         cfg.log(f"[train] step {steps} ({elapsed / 60:.1f} min): calib ccks {report['ccks']} shenzhen "
@@ -384,7 +386,7 @@ def export(cfg: DistilConfig, best_path: Path, target: Path) -> dict:
     bi = load_bi_encoder(target)  # as it ships: FP16 weights
     shipped = load_bi_encoder(cfg.bi_model)
     sets = calib_queries(cfg, "dev")
-    stats = {"dev": {"distilled": dense_retrieval(bi, sets), "before": dense_retrieval(shipped, sets)}}
+    stats = {"dev": {"distilled": dense_retrieval(bi, sets, cfg), "before": dense_retrieval(shipped, sets, cfg)}}
     _record(cfg, "export", {"to": str(target), **stats})
     return stats
 
