@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from mgeo_index import AddressIndex, inference
+from mgeo_index.model import group_head
 from mgeo_index.splits import split_of
 from mgeo_index.training import data
 
@@ -50,8 +51,7 @@ def main() -> None:
     firsts = [q for call in seen for q in call[0]]
     seconds = [c for call in seen for c in call[1]]
     features = np.vstack([call[2] for call in seen])
-    # a query's pool: consecutive pairs with the same query text
-    starts = [0] + [i for i in range(1, len(firsts)) if firsts[i] != firsts[i - 1]] + [len(firsts)]
+    pools = group_head.runs(firsts)  # a query's pool: consecutive pairs with the same query text
     network = inference._run(cross, cross.tokenizer, firsts, seconds, max_length=cross.max_length,
                              postprocess=lambda logits: logits.float(), device="cpu", precision=None, max_tokens=None,
                              max_batch=512, on_batch=None).astype(np.float64)
@@ -62,7 +62,7 @@ def main() -> None:
     exact = cross.labels.index("exact_match")
     others = [i for i in range(len(cross.labels)) if i != exact]
     truth = np.where(gated, gate_probs[:, exact], softmax(alpha * network + head)[:, exact])
-    print(f"{len(starts) - 1} queries, {len(firsts)} pairs given to the scorer, {gated.mean():.1%} decided by the gate, "
+    print(f"{len(pools)} queries, {len(firsts)} pairs given to the scorer, {gated.mean():.1%} decided by the gate, "
           f"network weight {alpha:.3f}")
     for widen in (0.0, 1.0):
         lo, hi = network.min(0) - widen, network.max(0) + widen
@@ -76,7 +76,8 @@ def main() -> None:
         lower = np.where(gated, gate_probs[:, exact], softmax(down)[:, exact])
         for k in (1, 3):
             needed = 0
-            for start, stop in zip(starts[:-1], starts[1:]):
+            for rows in pools:
+                start, stop = rows[0], rows[-1] + 1
                 known = gated[start:stop].copy()
                 while True:
                     values = np.where(known, truth[start:stop], lower[start:stop])
