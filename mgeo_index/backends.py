@@ -12,7 +12,9 @@ sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each 
 - ``onnx``: ONNX Runtime on a graph exported with dynamic batch and sequence axes, cached in
   :func:`mgeo_index.settings.cache_dir` under the model's fingerprint so it is exported once.
 
-On CUDA only ``torch`` applies (the engine's FP16 path). The CPU default is ``settings.backend()``.
+Every CPU backend but ``onnx`` runs the transformer with :mod:`mgeo_index.attention` (keys padded to a fixed
+block), so an item's outputs are the same bits alone or in any batch. On CUDA only ``torch`` applies (the
+engine's FP16 path, fused attention). The CPU default is ``settings.backend()``.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import files, settings
+from mgeo_index import attention, files, settings
 
 BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
@@ -70,6 +72,8 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
     require(name)
+    if not str(device).startswith("cuda") and name != "onnx":
+        attention.use(model)  # the same bits whatever the batch's padded width (before any copy below)
     runner = None
     if name == "compile":
         runner = torch.compile(model, dynamic=True)

@@ -1,0 +1,62 @@
+"""Self-attention whose result for a sequence does not depend on how wide its batch is padded.
+
+PyTorch's fused CPU attention (``scaled_dot_product_attention``) blocks its reductions over the keys by the
+batch's padded width, so a sequence's hidden states move in their last bits with the lengths of its batch-mates
+(FP32: up to 2.4e-7 on a probability). Int8 by rows (:mod:`mgeo_index.quant`) then rounds an activation the other
+way now and then, and the move grows: scoring 1,500 CCKS dev pairs in one call and again in two halves moved 1.6%
+of the network's probabilities by more than 1e-6, up to 3.9e-3 (vectors: 2.7% of addresses, up to 6.8e-4). Here the keys are padded to the next multiple of
+``KEY_BLOCK`` (masked, so their weights are exactly 0) and attention is the plain matmul → softmax → matmul, whose
+reductions then see the same values in the same places whatever the batch's width: the same bits alone or in any
+batch (``tests/test_attention.py``), at about the fused kernel's speed at address lengths.
+
+:func:`use` switches a loaded model's transformer to it; :func:`mgeo_index.backends.apply` does so for every CPU
+backend that runs the module itself (``torch``, ``bf16``, ``compile``, ``int8``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NAME = "mgeo_index_blocked_keys"
+KEY_BLOCK = 16  # 16 FP32 lanes of an AVX-512 register; widths that are multiples of it gave identical bits
+
+
+def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+              scaling: float | None = None, dropout: float = 0.0, **kwargs) -> tuple[torch.Tensor, None]:
+    """``softmax(q kᵀ · scaling + mask) v`` over keys padded to a multiple of ``KEY_BLOCK``; the signature of
+    ``transformers``' attention functions (``query`` / ``key`` / ``value``: batch, heads, positions, head width;
+    ``attention_mask``: additive, or None without padding). Returns (batch, positions, heads, head width)."""
+    batch, _, width, head_width = key.shape
+    scaling = head_width ** -0.5 if scaling is None else scaling
+    low = torch.finfo(query.dtype).min
+    if attention_mask is None:
+        attention_mask = torch.zeros(batch, 1, 1, width, dtype=query.dtype, device=query.device)
+    elif attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill_(~attention_mask, low)
+    pad = -width % KEY_BLOCK
+    if pad:
+        key, value = F.pad(key, (0, 0, 0, pad)), F.pad(value, (0, 0, 0, pad))
+        attention_mask = F.pad(attention_mask, (0, pad), value=low)
+    weights = torch.softmax(torch.matmul(query, key.transpose(2, 3)) * scaling + attention_mask, dim=-1)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, eager_mask)  # an additive float mask, None where nothing is padded
+
+
+def use(model: torch.nn.Module) -> torch.nn.Module:
+    """Make the ``transformers`` model inside ``model`` (its outermost one) attend with :func:`attention`."""
+    from transformers import PreTrainedModel
+
+    _register()
+    for part in model.modules():
+        if isinstance(part, PreTrainedModel):
+            part.set_attn_implementation(NAME)
+            break
+    return model
