@@ -29,6 +29,7 @@ this module) is first imported for CPU tensors to be able to use the Triton path
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Literal
 
 import torch
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 Backend = Literal["auto", "triton", "torch"]
+
+# Triton's CPU interpreter is not thread-safe (a build encodes batches on several threads: two launches at
+# once failed inside the interpreter), so its launches are serialized; GPU launches are not.
+_INTERPRETER_LOCK = threading.Lock()
 
 #: Same default as ``torch.nn.functional.normalize``.
 DEFAULT_EPS = 1e-12
@@ -322,7 +327,8 @@ def _launch_rowwise(kernel: Any, x: torch.Tensor, out_dtype: torch.dtype, scalar
         with torch.cuda.device(x.device):
             kernel[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), scalar, **kwargs)
     else:
-        kernel[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), scalar, **kwargs)
+        with _INTERPRETER_LOCK:  # the interpreter keeps per-launch state globally: one launch at a time
+            kernel[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), scalar, **kwargs)
     return y
 
 

@@ -302,3 +302,52 @@ def test_a_query_without_an_admin_part_is_searched_once_for_its_core(built, monk
     assert searched == [queries, [without_admin(queries[1])]]  # the admin-free query once, not twice
     assert [[m["id"] for m in ms] for ms in after] == [[m["id"] for m in ms] for ms in before]
     assert after[0][0]["probabilities"] == pytest.approx(before[0][0]["probabilities"], abs=1e-6)
+
+
+def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
+    """The local engine on two threads (two 60-row chunks parsed or embedded at a time, one intra-op thread
+    each) stores the same entries and elements and the same vector bits as on one."""
+    import torch
+
+    from mgeo_index.build_engines import BuildEngine, catalog_state
+
+    threads = torch.get_num_threads()
+    states = []
+    for n in (1, 2):
+        index_dir = tmp_path / f"threads-{n}"
+        engine = BuildEngine("cpu", threads=n)
+        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60, engine=engine)
+        assert result.entries_parsed == result.vectors_added == 300 and engine.describe()["threads"] == n
+        states.append(catalog_state(index_dir))
+        assert torch.get_num_threads() == threads  # restored
+    (entries, elements, vectors), (entries2, elements2, vectors2) = states
+    assert entries == entries2 and elements == elements2
+    assert vectors.keys() == vectors2.keys() and all(np.array_equal(vectors[i], vectors2[i]) for i in vectors)
+
+
+def test_in_threads_keeps_order_reads_ahead_at_most_its_width_and_raises_the_first_error():
+    import threading
+
+    from mgeo_index.parallel import in_threads
+
+    read = []
+
+    def batches():
+        for i in range(10):
+            read.append(i)
+            yield i
+
+    seen = []
+    for batch, out in in_threads(lambda b: (b * b, threading.current_thread().name), batches(), 3):
+        assert len(read) - batch <= 3  # never more than 3 batches ahead of the consumer
+        seen.append((batch, out[0]))
+        assert out[1].startswith("mgeo-batch")
+    assert seen == [(i, i * i) for i in range(10)]
+
+    def fail(b):
+        if b == 4:
+            raise ValueError("row 4: bad")
+        return b
+
+    with pytest.raises(ValueError, match="row 4"):
+        list(in_threads(fail, iter(range(10)), 2))
