@@ -19,8 +19,9 @@ parser.add_argument("--files", default=None,
                     help="comma-separated tagged files to train on (default: all; the test split is always all files')")
 parser.add_argument("--unmask-digits", action="store_true",
                     help="train on the track-2 file's masked digits drawn again (evaluation always draws them)")
+parser.add_argument("--hidden", type=int, default=128, help="the BiLSTM's width each way (shipped: 128)")
 args = parser.parse_args()
 files = tuple(args.files.split(",")) if args.files else None
 metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files,
-                       unmask=args.unmask_digits)
+                       unmask=args.unmask_digits, hidden=args.hidden)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))

@@ -122,10 +122,10 @@ def _batches(examples: list[Example], size: int, rng: random.Random):
 
 
 def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: int = 0, log=print,
-                 files: tuple[str, ...] | None = None, unmask: bool = False) -> dict:
+                 files: tuple[str, ...] | None = None, unmask: bool = False, hidden: int = 128) -> dict:
     """Train within a wall-clock budget, keep the best dev epoch, save to out_dir, report test scores
     (``files``: train on these tagged files only; ``unmask``: train on the masked files' digits drawn again;
-    the test split is always all files', digits drawn again)."""
+    the test split is always all files', digits drawn again; ``hidden``: the LSTM's width each way)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     data = load_examples(data_dir, files, unmask=unmask)
@@ -133,7 +133,7 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     counts = Counter(c for text, _ in data["train"] for c in text)
     chars = [c for c, n in counts.most_common() if n >= 2]
     labels = sorted({s[0] for _, spans in data["train"] for s in spans})
-    cfg = TaggerConfig(chars=chars, labels=labels)
+    cfg = TaggerConfig(chars=chars, labels=labels, hidden=hidden)
     model = Tagger(cfg)
     tag_id = {t: i for i, t in enumerate(cfg.tags)}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
