@@ -2,12 +2,13 @@
 
 PyTorch's fused CPU attention (``scaled_dot_product_attention``) blocks its reductions over the keys by the
 batch's padded width, so a sequence's hidden states move in their last bits with the lengths of its batch-mates
-(FP32: up to 2.4e-7 on a probability). Int8 by rows (:mod:`mgeo_index.quant`) then rounds an activation the other
-way now and then, and the move grows: scoring 1,500 CCKS dev pairs in one call and again in two halves moved 1.6%
-of the network's probabilities by more than 1e-6, up to 3.9e-3 (vectors: 2.7% of addresses, up to 6.8e-4). Here the keys are padded to the next multiple of
-``KEY_BLOCK`` (masked, so their weights are exactly 0) and attention is the plain matmul → softmax → matmul, whose
-reductions then see the same values in the same places whatever the batch's width: the same bits alone or in any
-batch (``tests/test_attention.py``), at about the fused kernel's speed at address lengths.
+(FP32: up to 2.4e-7 on a probability). Int8 by rows (:mod:`mgeo_index.quant`) then rounds an activation the
+other way now and then, and the move grows: scoring 1,500 CCKS dev pairs in one call and again in two halves
+moved 1.6% of the network's probabilities by more than 1e-6, up to 3.9e-3 (vectors: 2.7% of addresses, up to
+6.8e-4). Here the keys are padded to the next multiple of ``KEY_BLOCK`` (masked, so their weights are exactly 0)
+and attention is the plain matmul → softmax → matmul, whose reductions then see the same values in the same
+places whatever the batch's width: the same bits alone or in any batch (``tests/test_attention.py``), at about
+the fused kernel's speed at address lengths.
 
 :func:`use` switches a loaded model's transformer to it; :func:`mgeo_index.backends.apply` does so for every CPU
 backend that runs the module itself (``torch``, ``bf16``, ``compile``, ``int8``).

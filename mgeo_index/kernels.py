@@ -327,7 +327,7 @@ def _launch_rowwise(kernel: Any, x: torch.Tensor, out_dtype: torch.dtype, scalar
         with torch.cuda.device(x.device):
             kernel[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), scalar, **kwargs)
     else:
-        with _INTERPRETER_LOCK:  # the interpreter keeps per-launch state globally: one launch at a time
+        with _INTERPRETER_LOCK:  # one interpreted launch at a time
             kernel[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), scalar, **kwargs)
     return y
 
