@@ -70,14 +70,13 @@ class BuildEngine:
         """``(batch, float32 vectors of its entries' normalized texts)`` for each batch, in order."""
         from mgeo_index import inference
 
-        if self.threads == 1:
-            for batch in batches:
-                yield batch, inference.encode(bi, [e["normalized"] for e in batch], device=self.device, on_batch=on_batch)
-            return
-        for batch, vectors in in_threads(lambda batch: inference.encode(bi, [e["normalized"] for e in batch], device=self.device),
-                                         batches, self.threads):
-            if on_batch is not None:
-                on_batch(len(batch))  # from this thread, as each batch is handed back
+        inner = on_batch if self.threads == 1 else None  # one chunk at a time: progress by the encoder's own batches
+        for batch, vectors in in_threads(
+            lambda batch: inference.encode(bi, [e["normalized"] for e in batch], device=self.device, on_batch=inner),
+            batches, self.threads,
+        ):
+            if on_batch is not None and inner is None:
+                on_batch(len(batch))  # from this thread, as each chunk is handed back
             yield batch, vectors
 
 

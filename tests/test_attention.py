@@ -9,10 +9,6 @@ import torch.nn.functional as F
 from mgeo_index import attention, inference, settings
 from mgeo_index.model.loading import load_bi, load_cross
 
-class _Module(torch.nn.Module):
-    pass
-
-
 @pytest.mark.parametrize("width", [5, 16, 23])
 def test_equals_the_fused_kernel_with_a_padding_mask(width):
     torch.manual_seed(width)
@@ -20,13 +16,13 @@ def test_equals_the_fused_kernel_with_a_padding_mask(width):
     lengths = torch.tensor([width, width - 2, 1])
     keep = torch.arange(width)[None, :] < lengths[:, None]  # [batch, key]
     additive = torch.zeros(3, 1, 1, width).masked_fill(~keep[:, None, None, :], torch.finfo(torch.float32).min)
-    out, _ = attention.attention(_Module().eval(), q, k, v, additive)
+    out, _ = attention.attention(torch.nn.Module().eval(), q, k, v, additive)
     reference = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :]).transpose(1, 2)
     assert out.shape == (3, width, 4, 32)
     torch.testing.assert_close(out, reference, atol=2e-6, rtol=1e-5)
-    boolean, _ = attention.attention(_Module().eval(), q, k, v, keep[:, None, None, :])
+    boolean, _ = attention.attention(torch.nn.Module().eval(), q, k, v, keep[:, None, None, :])
     assert torch.equal(boolean, out)
-    unmasked, _ = attention.attention(_Module().eval(), q, k, v, None)
+    unmasked, _ = attention.attention(torch.nn.Module().eval(), q, k, v, None)
     torch.testing.assert_close(unmasked, F.scaled_dot_product_attention(q, k, v).transpose(1, 2), atol=2e-6, rtol=1e-5)
 
 
