@@ -1,6 +1,8 @@
 """What the character n-gram index (mgeo_index.sparse) costs as the catalog grows: build time, its size in
-memory and on disk, and single-query search latency — pruned (the default: candidates share a rare n-gram) and
-unpruned side by side, with how much of the unpruned top 20 the pruned search keeps — at each of --rows
+memory and on disk, and single-query search latency — pruned (the default: candidates share a rare n-gram; those
+that cannot make the top k by a bound are not scored), pruned without the bound (every candidate scored: the same
+ids and scores, checked) and unpruned side by side, with how much of the unpruned top 20 the pruned search keeps —
+at each of --rows
 synthesized catalog sizes (the same synthesizer as `mgeo-index bench --build-rows`). For issue #18.
 
     python scripts/bench_sparse.py --data ../shared/data --rows 50000,200000,1000000
@@ -53,6 +55,15 @@ with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             found.append(index.search([q], 20)[1][0])
             times.append((time.perf_counter() - t0) * 1000)
+        # the same searches scoring every candidate (no bound): the same answers, and its time, side by side
+        bound_times, same = [], True
+        for q, mine in zip(queries, found):
+            sparse.BOUND_SLACK, slack = np.inf, sparse.BOUND_SLACK
+            t0 = time.perf_counter()
+            every = index.search([q], 20)
+            bound_times.append((time.perf_counter() - t0) * 1000)
+            sparse.BOUND_SLACK = slack
+            same = same and np.array_equal(every[1][0], mine) and np.array_equal(every[0], index.search([q], 20)[0])
         # the same searches without pruning (no n-gram common): exact top 20, and its time, side by side
         pruning, index._common = index._common, np.zeros_like(index._common)
         exact_times, overlap = [], []
@@ -67,6 +78,8 @@ with tempfile.TemporaryDirectory() as tmp:
                "rss_growth_mib": round(after - before, 1), "file_mib": round(file.stat().st_size / 2**20, 1),
                "search_p50_ms": round(float(np.percentile(times, 50)), 1),
                "search_p99_ms": round(float(np.percentile(times, 99)), 1),
+               "unbounded_p50_ms": round(float(np.percentile(bound_times, 50)), 1),
+               "unbounded_p99_ms": round(float(np.percentile(bound_times, 99)), 1), "unbounded_same_answers": same,
                "unpruned_p50_ms": round(float(np.percentile(exact_times, 50)), 1),
                "unpruned_p99_ms": round(float(np.percentile(exact_times, 99)), 1),
                "top20_overlap_with_unpruned": round(float(np.mean(overlap)), 4)}

@@ -116,3 +116,38 @@ def test_pruned_search_scores_every_candidate_exactly(monkeypatch):
         left_out = np.setdiff1d(candidates, found)
         assert not left_out.size or exact[left_out].max() <= scores[0][len(found) - 1] + 1e-6  # none better left out
     assert pruned >= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.sampled_from([1, 3, 8, 20]))
+def test_bounded_pruned_search_equals_scoring_every_candidate(seed, k):
+    """The bound (a candidate's rare n-grams' part plus at most its common part) spares exact scores only of
+    entries that cannot make the top k: ids, scores and tie order are those of scoring every candidate
+    (``BOUND_SLACK`` infinite keeps them all), on catalogs with many shared and repeated n-grams."""
+    rng = np.random.default_rng(seed)
+    roads, pois = ["文三路", "文二路", "天目山路", "教工路", "学院路"], ["大厦", "花园", "小区", "公寓", "中心"]
+    texts = [f"浙江省杭州市西湖区{roads[rng.integers(5)]}{rng.integers(1, 40)}号{roads[rng.integers(5)][:2]}"
+             f"{pois[rng.integers(5)]}{rng.integers(1, 9)}幢" for _ in range(150)]
+    index = sparse.build_sparse(texts, list(range(150)))
+    queries = [texts[i][rng.integers(0, 8):] for i in rng.integers(0, 150, 6)] + ["西湖区文三路", "杭州天目山路大厦"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sparse, "COMMON_MIN_ENTRIES", 10)
+        bounded = sparse.build_sparse(texts, list(range(150)))
+        got = bounded.search(queries, k)
+        patch.setattr(sparse, "BOUND_SLACK", np.inf)
+        every = sparse.build_sparse(texts, list(range(150))).search(queries, k)
+    np.testing.assert_array_equal(got[1], every[1])
+    np.testing.assert_array_equal(got[0], every[0])
+    assert index.search(queries, k)[1].shape == got[1].shape
+
+
+def test_the_bound_leaves_most_candidates_unscored(monkeypatch):
+    """Where a query's rare n-grams are each in many entries, few of those can make the top k."""
+    monkeypatch.setattr(sparse, "COMMON_MIN_ENTRIES", 100)
+    texts = [f"广东省深圳市南山区科技园{i % 50}栋{i}室" for i in range(400)]
+    index = sparse.build_sparse(texts, list(range(400)))
+    kept = []
+    original = index._can_make_top
+    monkeypatch.setattr(index, "_can_make_top", lambda rows, *rest: kept.append((rows.size, len(r := original(rows, *rest)))) or r)
+    assert index.search(["深圳南山科技园12栋312室"], 5)[1][0][0] == 312
+    assert kept and kept[0][0] > 100 and kept[0][1] < kept[0][0] / 4
