@@ -74,7 +74,8 @@ class SparseIndex:
         Candidates are the entries sharing one of the query's *rare* n-grams (in at most COMMON_SHARE of
         the entries), scored exactly; entries that share only common ones (省, 市 and road names of a big
         city) are not scored unless the query has no rare n-gram. On a large catalog the common n-grams
-        are in most rows, so this is what keeps a search from scoring the whole catalog."""
+        are in most rows, so this is what keeps a search from scoring the whole catalog. Of those candidates,
+        only the ones a bound says can make the top k are scored (:meth:`_can_make_top`: the same answers)."""
         k = min(k, len(self.ids))
         scores = np.zeros((len(texts), k), dtype=np.float32)
         ids = np.full((len(texts), k), -1, dtype=np.int64)
@@ -97,7 +98,8 @@ class SparseIndex:
             if r in pruned:
                 # the entries of its rare n-grams, once each and in order (a mask: 7x faster than np.unique on
                 # ~40,000 postings), scored against the query as a dense vector (a CSR matrix-vector product: about
-                # 3x faster than the sparse-sparse one); both buffers are per call, so searches may run in threads
+                # 3x faster than the sparse-sparse one) where a bound leaves them in the running; the buffers are per
+                # call, so searches may run in threads
                 seen = np.zeros(len(self.ids), dtype=bool)
                 postings = [t.indices[t.indptr[c] : t.indptr[c + 1]] for c in pruned[r]]
                 for entries in postings:
