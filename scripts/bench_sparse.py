@@ -50,20 +50,21 @@ with tempfile.TemporaryDirectory() as tmp:
         queries = [t[rng.randrange(0, 4):] for t in rng.sample(texts, args.queries)]  # a few leading characters cut
         index.search(queries[:2], 20)  # the transposed matrix is built once, on the first search
         after = rss_mib()
-        times, found = [], []
+        times, answers = [], []
         for q in queries:
             t0 = time.perf_counter()
-            found.append(index.search([q], 20)[1][0])
+            answers.append(index.search([q], 20))
             times.append((time.perf_counter() - t0) * 1000)
+        found = [ids[0] for _, ids in answers]
         # the same searches scoring every candidate (no bound): the same answers, and its time, side by side
         bound_times, same = [], True
-        for q, mine in zip(queries, found):
-            sparse.BOUND_SLACK, slack = np.inf, sparse.BOUND_SLACK
+        sparse.BOUND_SLACK, slack = np.inf, sparse.BOUND_SLACK
+        for q, (scores, ids) in zip(queries, answers):
             t0 = time.perf_counter()
             every = index.search([q], 20)
             bound_times.append((time.perf_counter() - t0) * 1000)
-            sparse.BOUND_SLACK = slack
-            same = same and np.array_equal(every[1][0], mine) and np.array_equal(every[0], index.search([q], 20)[0])
+            same = same and np.array_equal(every[1], ids) and np.array_equal(every[0], scores)
+        sparse.BOUND_SLACK = slack
         # the same searches without pruning (no n-gram common): exact top 20, and its time, side by side
         pruning, index._common = index._common, np.zeros_like(index._common)
         exact_times, overlap = [], []

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mgeo_index import attention, inference, settings
 from mgeo_index.model.loading import load_bi, load_cross
 
+
 @pytest.mark.parametrize("width", [5, 16, 23])
 def test_equals_the_fused_kernel_with_a_padding_mask(width):
     torch.manual_seed(width)
