@@ -27,6 +27,8 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """``softmax(q kᵀ · scaling + mask) v`` over keys padded to a multiple of ``KEY_BLOCK``; the signature of
     ``transformers``' attention functions (``query`` / ``key`` / ``value``: batch, heads, positions, head width;
     ``attention_mask``: additive, or None without padding). Returns (batch, positions, heads, head width)."""
+    if query.dtype == torch.bfloat16:  # the bf16 backend's projections: attend in FP32, whose sums keep their order
+        query, key, value = query.float(), key.float(), value.float()  # (bf16 batched matmuls' move with the shape)
     batch, _, width, head_width = key.shape
     scaling = head_width ** -0.5 if scaling is None else scaling
     low = torch.finfo(query.dtype).min

@@ -1,15 +1,24 @@
-"""Int8 arithmetic whose results do not depend on batch-mates: the ``int8`` backend's Linear layers.
+"""Reduced-precision Linear layers whose results do not depend on batch-mates: the ``int8`` and ``bf16`` backends.
 
-Weights are quantized once, symmetrically per output channel; activations per row (one token, one
-address), symmetrically, from that row's own largest magnitude. The products are summed exactly in
+**int8 by rows.** Weights are quantized once, symmetrically per output channel; activations per row (one token,
+one address), symmetrically, from that row's own largest magnitude. The products are summed exactly in
 int32 (``torch._int_mm``: oneDNN's VNNI kernels where the CPU has them), so a row's result is the same
 bits whatever rows it is computed with, in whatever order: int8 speed with FP32's batch independence.
 (``torch.ao``'s dynamic quantization, used before, scaled activations per batch, so a pair's probability
 moved by about 1e-3 with its batch-mates; it is deprecated in this torch.)
-
 Rows are processed ``ROWS`` at a time so that the temporaries stay small: on the shipped cross-encoder's
 forward pass over 50 pairs (2,050 tokens, one thread) that was 1.25x faster than one pass over the batch, and
 the whole is 1.8x FP32 (``torch.ao``'s per-batch int8, fbgemm, fusing its quantization: 2.2x).
+
+**bf16 in fixed tiles.** Weights are cast to bfloat16 once; activations are multiplied in bfloat16 with FP32
+sums (AMX tiles where the CPU has them: 28x an FP32 GEMM of the model's shapes on an AMX core, 3.3x int8),
+``TILE_ROWS`` rows per call, the last tile padded with zero rows. oneDNN picks its kernel, and so the order of
+its FP32 sums, by the GEMM's shape: the 1,024 → 256 layer gave other bits for 64–200 rows than for 32 or 256
+and more, so a row's result moved with its batch-mates (1e-3 on a probability under plain bf16 autocast).
+Every call here has the same shape, whatever the batch, so a row gets the same bits in any batch. Outputs stay
+bfloat16 (the GELU runs on them; adding the FP32 residual brings them back to FP32, so the residual stream and
+LayerNorm stay FP32); attention converts them to FP32 (:mod:`mgeo_index.attention`: bf16 batched matmuls have
+the same shape dependence), and layers narrower than ``MIN_FEATURES`` (the 3-label classifier) take FP32.
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import torch
 from torch import nn
 
 ROWS = 512
+TILE_ROWS = 256  # bf16: one fixed GEMM shape; 128 rows were 1.1x slower on batches, 512 1.3x slower on one address
 LEVELS = 127.0  # symmetric int8: -127 … 127
 MIN_FEATURES = 16  # narrower Linear layers (a 3-label classifier) stay FP32: they cost nothing
 
@@ -75,4 +85,60 @@ def quantize_linears(module: nn.Module) -> nn.Module:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and min(child.in_features, child.out_features) >= MIN_FEATURES:
                 setattr(parent, name, Int8Linear(child))
+    return module
+
+
+def bf16_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T + bias`` in bfloat16 (FP32 sums) for ``x`` [..., in], a bfloat16 ``weight`` [out, in] and
+    ``bias`` [out], in tiles of exactly ``TILE_ROWS`` rows (the last padded with zeros), so every GEMM has one
+    shape; bfloat16 out."""
+    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    count, full = rows.shape[0], rows.shape[0] - rows.shape[0] % TILE_ROWS
+    if full < count:  # the tail, padded: a copy of fewer than TILE_ROWS rows, not of the whole batch
+        tail = rows.new_zeros(TILE_ROWS, rows.shape[1])
+        tail[: count - full] = rows[full:]
+    out = torch.empty(full + (TILE_ROWS if full < count else 0), weight.shape[0], dtype=torch.bfloat16)
+    transposed = weight.t()
+    for start in range(0, out.shape[0], TILE_ROWS):
+        tile = rows[start : start + TILE_ROWS] if start < full else tail
+        torch.addmm(bias, tile, transposed, out=out[start : start + TILE_ROWS])
+    return out[:count].view(*x.shape[:-1], weight.shape[0])
+
+
+class Bf16Linear(nn.Module):
+    """An ``nn.Linear`` computed by :func:`bf16_matmul` (inference only)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight", linear.weight.detach().to(torch.bfloat16).contiguous())
+        bias = torch.zeros(linear.out_features) if linear.bias is None else linear.bias.detach()
+        self.register_buffer("bias", bias.to(torch.bfloat16).clone())  # a zero bias adds exactly nothing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return bf16_matmul(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bf16 tiles of {TILE_ROWS} rows"
+
+
+class Float32Input(nn.Module):
+    """A narrow FP32 layer behind bfloat16 ones: casts its input to FP32 first."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.float())
+
+
+def bf16_linears(module: nn.Module) -> nn.Module:
+    """Replace, in place, every ``nn.Linear`` of ``module`` at least ``MIN_FEATURES`` wide both ways by a
+    :class:`Bf16Linear` and wrap the narrower ones in :class:`Float32Input`; returns ``module``."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                wide = min(child.in_features, child.out_features) >= MIN_FEATURES
+                setattr(parent, name, Bf16Linear(child) if wide else Float32Input(child))
     return module

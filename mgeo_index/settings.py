@@ -112,14 +112,29 @@ def cross_model_path(path: str | Path | None = None) -> Path:
     return Path(path or env("CROSS_MODEL") or DEFAULT_CROSS_MODEL)
 
 
-# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says: int8 by rows (mgeo_index.quant:
-# per-channel weights, per-token activation scales, exact int32 sums), whose results do not depend on what
-# else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and --top-k), at 2.0x
-# FP32's speed on both towers on an AVX512-VNNI machine and the same CCKS dev macro-F1 (0.6937 against 0.6935;
-# `mgeo-index bench --backends torch,int8`, README). `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default
-# until 2026-11, scaled activations per batch and moved probabilities by ~1e-3; FP32 replaced it on
-# 2026-12-01, int8 by rows it the same day.)
-DEFAULT_CPU_BACKEND = "int8"
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere): ``amx_bf16``, ``avx512_bf16``, …"""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says. Both candidates give results that do
+# not depend on what else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and
+# --top-k), and the CCKS dev macro-F1 of FP32 (`mgeo-index bench --backends torch,bf16,int8`, README):
+# - `bf16` (bfloat16 Linear layers in fixed tiles, mgeo_index.quant) where the CPU has AMX: 1.6x int8 by rows
+#   and 2x FP32 on both towers on an AMX machine (AMX's bf16 GEMM is 3x its int8 one through torch._int_mm);
+# - `int8` by rows (per-channel weights, per-token activation scales, exact int32 sums) elsewhere: 2.0x FP32 on
+#   an AVX512-VNNI machine, where bf16 (AVX512-BF16 without AMX) was 1.7x.
+# `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default until 2026-11, scaled activations per
+# batch and moved probabilities by ~1e-3; FP32 replaced it on 2026-12-01, int8 by rows it the same day, bf16 on
+# AMX CPUs on 2026-12-02.)
+DEFAULT_CPU_BACKEND = "bf16" if "amx_bf16" in cpu_flags() else "int8"
 # Every inference backend (mgeo_index.backends implements them); here so that naming them imports no torch.
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 

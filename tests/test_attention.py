@@ -32,7 +32,7 @@ def _sample_addresses() -> list[str]:
         return [row["address"] for row in csv.DictReader(fh)]
 
 
-@pytest.mark.parametrize("backend", ["torch", "int8"])
+@pytest.mark.parametrize("backend", ["torch", "int8", "bf16"])
 def test_shipped_models_answer_the_same_in_any_batch(backend):
     """300 addresses in one call, in two interleaved halves (other batch-mates, other padded widths) and some alone:
     identical vectors, and network probabilities within 1e-6 (only the 3-wide FP32 classifier and softmax after the

@@ -1,4 +1,4 @@
-"""Row-wise int8 arithmetic: close to FP32, exact integer sums, and a row's result never depends on its batch-mates."""
+"""Row-wise int8 and tiled bf16 arithmetic: close to FP32, and a row's result never depends on its batch-mates."""
 import numpy as np
 import pytest
 import torch
@@ -61,3 +61,40 @@ def test_quantized_model_keeps_its_answers():
     assert np.corrcoef(reference.ravel(), got.ravel())[0, 1] > 0.999
     with pytest.raises(RuntimeError):
         model(torch.randn(2, 63))  # shapes are still checked
+
+
+def test_bf16_matmul_is_close_to_fp32_and_keeps_the_shape():
+    linear = _linear(96, 40)
+    layer = quant.Bf16Linear(linear)
+    assert layer.weight.dtype == torch.bfloat16 and "bf16 tiles" in repr(layer)
+    x = torch.randn(quant.TILE_ROWS + 30, 3, 96)  # leading dimensions are rows, more than one tile
+    got = layer(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (quant.TILE_ROWS + 30, 3, 40)
+    with torch.no_grad():
+        reference = linear(x)
+    error = (got.float() - reference).abs().max() / reference.abs().max()
+    assert 0 < error < 0.02  # bf16 inputs, FP32 sums
+    unbiased = torch.nn.Linear(96, 40, bias=False)
+    assert torch.equal(quant.Bf16Linear(unbiased)(torch.zeros(2, 96)), torch.zeros(2, 40, dtype=torch.bfloat16))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 1200), pick=st.integers(0, 10_000))
+def test_bf16_row_gives_the_same_bits_in_any_batch(rows, pick):
+    """The 1,024 → 256 shape of the shipped models' output layers is the one whose oneDNN kernel, and so its sum
+    order, changes with the row count (64–200 rows against 32 or 256): plain ``F.linear`` in bf16 fails this."""
+    layer = quant.Bf16Linear(_linear(1024, 256, seed=2))
+    torch.manual_seed(rows)
+    batch = torch.randn(rows, 1024)
+    i = pick % rows
+    alone = layer(batch[i : i + 1])
+    assert torch.equal(layer(batch)[i : i + 1], alone)
+    assert torch.equal(layer(torch.cat([batch, batch * 3])[i : i + 1]), alone)
+
+
+def test_bf16_linears_keep_narrow_layers_fp32():
+    model = torch.nn.Sequential(_linear(32, 64), torch.nn.GELU(), _linear(64, 3))
+    quant.bf16_linears(model)
+    assert isinstance(model[0], quant.Bf16Linear) and isinstance(model[2], quant.Float32Input)
+    out = model(torch.randn(5, 32))
+    assert out.dtype == torch.float32 and out.shape == (5, 3)

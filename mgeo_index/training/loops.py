@@ -13,17 +13,14 @@ from pathlib import Path
 
 import torch
 
+from mgeo_index import settings
 from mgeo_index.model.tokenizer import SPECIAL_TOKENS
 from mgeo_index.settings import LABELS
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX); Linux /proc/cpuinfo flags."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX)."""
+    return bool({"avx512_bf16", "amx_bf16"} & settings.cpu_flags())
 
 
 def resolve_precision(precision: str) -> str:
