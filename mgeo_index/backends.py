@@ -1,8 +1,8 @@
 """CPU inference backends: how a loaded model's forward pass is run.
 
 One model object (tokenizer, labels, feature head, fingerprint) keeps its attributes; a backend only
-sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each batch's tensors, and
-``model.precision``, the engine's default precision for it:
+sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each batch's tensors (every CPU
+backend computes in its own precision inside the runner; none asks the engine for autocast):
 
 - ``torch``: the module itself, FP32 (the reference);
 - ``bf16``: the transformer's Linear layers in bfloat16, computed in fixed tiles of rows so that batch-mates
@@ -69,7 +69,7 @@ def _installed(module: str) -> bool:
 
 
 def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
-    """Set ``model.runner`` / ``model.precision`` for backend ``name`` (default: ``settings.backend()``)."""
+    """Set ``model.runner`` / ``model.backend`` for backend ``name`` (default: ``settings.backend()``)."""
     name = check(settings.backend(name, device))
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
@@ -86,7 +86,7 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     elif name == "onnx":
         runner = OnnxRunner(export_onnx(model))
     # plain attributes, not registered submodules: state_dict(), .to() and saving never see the runner
-    model.__dict__.update(backend=name, runner=runner, precision=None)
+    model.__dict__.update(backend=name, runner=runner)
     return model
 
 

@@ -83,7 +83,7 @@ def _run(
     on_batch: Callable[[int], None] | None,
 ) -> np.ndarray:
     device = str(device or next(module.parameters()).device)
-    precision = precision or getattr(module, "precision", None) or default_precision(device)
+    precision = precision or default_precision(device)
     runner = getattr(module, "runner", None)  # set by backends.apply (ONNX Runtime, int8, compiled…)
     runner = module if runner is None else runner
     cuda = device.startswith("cuda")
