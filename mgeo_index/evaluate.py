@@ -16,7 +16,6 @@ import numpy as np
 from mgeo_index import inference
 from mgeo_index.catalog import CatalogError, detect_encoding, open_text
 from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
-from mgeo_index.model import group_head
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
 from mgeo_index.splits import split_of
@@ -70,10 +69,10 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
                    grouped: bool = True) -> dict:
     """The report of ``mgeo-index eval pairs``; ``grouped``: consecutive pairs sharing their first address are a
     query's candidates, labelled together by the model's group head (:mod:`mgeo_index.model.group_head`), as
-    ``mgeo-index match`` does; False: every pair alone."""
-    first = [normalize(x) for x in a]
-    probs = inference.score_pairs(cross, first, [normalize(y) for y in b], device=device)
-    probs, decided = group_head.decide(cross, probs, first if grouped else None)
+    ``mgeo-index match`` does (the same :func:`mgeo_index.match.score_sides`); False: every pair alone."""
+    from mgeo_index.match import score_sides, side
+
+    probs, decided, _ = score_sides(cross, [side(x) for x in a], [side(y) for y in b], device=device, grouped=grouped)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
     predicted = [LABELS.index(cross.labels[i]) for i in decided]
     probs = probs[:, order]

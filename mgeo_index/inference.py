@@ -236,15 +236,36 @@ def _network_probabilities(cross, queries: list[str], candidates: list[str], fea
     return out
 
 
+def network_logits(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None) -> np.ndarray:
+    """The cross-encoder network's raw logits (n, 3) at temperature 1 on every pair: no feature head, no cascade."""
+    return _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length,
+                postprocess=lambda logits: logits.float(), device=device, precision=None, max_tokens=None,
+                max_batch=512, on_batch=None)
+
+
+def component_logits(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
+                     features: np.ndarray | None = None) -> list[np.ndarray]:
+    """The raw logits a stacked cross-encoder combines, each (n, 3): the network's (:func:`network_logits`), then
+    its feature head's when it has one (``features``: the pairs' pair_features_batch rows, computed if None)."""
+    network = network_logits(cross, queries, candidates, device=device)
+    if getattr(cross, "feature_head", None) is None:
+        return [network]
+    from mgeo_index.features import pair_features_batch
+
+    if features is None:
+        features = pair_features_batch(list(queries), list(candidates))
+    with torch.inference_mode():
+        return [network, cross.feature_head(torch.from_numpy(features)).float().numpy()]
+
+
 def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
                             features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The two opinions a stacked cross-encoder combines, each calibrated on its own: the network alone
     (softmax of its logits at the fitted temperature) and the feature head alone (the cascade's
     feature-only fit, else ``beta · head + bias``); (n, 3) each, the second None without a feature head.
     The review queue orders items by how much these disagree."""
-    network = _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length,
-                   postprocess=lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature),
-                   device=device, precision=None, max_tokens=None, max_batch=512, on_batch=None)
+    logits = torch.from_numpy(network_logits(cross, queries, candidates, device=device))
+    network = kernels.softmax(logits, temperature=cross.temperature).numpy()
     if getattr(cross, "feature_head", None) is None:
         return network, None
     from mgeo_index.features import pair_features_batch

@@ -32,9 +32,12 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     stacked = cross.feature_head is not None
     parsed = features.parse_distinct(a + b) if n and (explain or stacked) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
-    probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
+    if grouped and cross.group_head is not None:
+        probs, decided = group_head.score_groups(cross, a, b, features=pair_features, device=device)
+    else:
+        probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
+        decided = cross.decide(probs)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
-    probs, decided = group_head.decide(cross, probs, a if grouped else None)
     return probs, decided, explained
 
 

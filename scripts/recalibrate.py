@@ -2,8 +2,9 @@
 
 `mgeo-index train` ends with this step; run it alone when the features or the parser changed (the
 model then refuses to load and names this script), or after swapping in another network:
-temperature, the feature head and its stacking weights, and the label decision offsets.
-`--decision-only` refits just the decision offsets. `--metrics` records the new calibration, the
+temperature, the feature head and its stacking weights, the label decision offsets and the group head.
+`--decision-only` refits just the decision offsets and the group head (a few minutes). The group head's stack and
+offsets are fitted on the calibration and dev splits, so its figures are cross-validated (`group_head_cv`). `--metrics` records the new calibration, the
 dev-split figures and the new fingerprint in that metrics.json (the shipped model's, for instance).
 
     python scripts/recalibrate.py --model mgeo_index/model/default/cross --data ../shared/data \
@@ -17,15 +18,16 @@ from pathlib import Path
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import recalibrate
+from mgeo_index.training.group import cross_validate, group_head_pairs
 from mgeo_index.training.train import evaluate_pairs
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, required=True, help="cross-encoder directory (rewritten in place)")
 parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="the shared data folder")
-parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets")
+parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets and the group head")
 parser.add_argument("--head", choices=("mlp", "trees"), default="mlp",
-                    help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (pip install "
-                         "'mgeo-index[trees]'; measured, not shipped: see the README)")
+                    help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (measured, not "
+                         "shipped: see the README)")
 parser.add_argument("--metrics", type=Path, help="metrics.json to update with the calibration and dev figures")
 args = parser.parse_args()
 stats = recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head)
@@ -37,7 +39,15 @@ if args.metrics:
     metrics["stages"]["calibration"] = stage | stats | {"refitted": f"scripts/recalibrate.py, {datetime.date.today()}"}
     metrics["ccks_dev"] = evaluate_pairs(cross, data.ccks_pairs(args.data))  # each query's candidates together
     metrics["ccks_dev_pairwise"] = evaluate_pairs(cross, data.ccks_pairs(args.data), grouped=False)
+    for source in ("round2_train", "round1_train_fold0"):  # the held-out pairs are all round 2: report by source
+        pairs = [p for p in data.ccks_pairs(args.data) if p.source == source]
+        metrics.setdefault("ccks_dev_by_source", {})[source] = {
+            "grouped": evaluate_pairs(cross, pairs), "pairwise": evaluate_pairs(cross, pairs, grouped=False)}
     metrics["shenzhen_dev"] = evaluate_pairs(cross, data.shenzhen_pairs(args.data))
+    if cross.group_head is not None:  # its stack and offsets saw the dev split: measured out of fold
+        metrics["group_head_cv"] = cross_validate(cross, group_head_pairs(args.data)[1]) | {
+            "command": "python scripts/eval_group_head.py --data ../shared/data"}
     metrics["fingerprints"]["cross"] = cross.fingerprint
     args.metrics.write_text(json.dumps(metrics, ensure_ascii=False, indent=2) + "\n")
-    print(json.dumps({k: metrics[k]["macro_f1"] for k in ("ccks_dev", "ccks_dev_pairwise", "shenzhen_dev")}))
+    print(json.dumps({k: metrics[k]["macro_f1"] for k in ("ccks_dev", "ccks_dev_pairwise", "shenzhen_dev")}
+                     | {f"{s} {k}": r["macro_f1"] for s, by in metrics["ccks_dev_by_source"].items() for k, r in by.items()}))

@@ -1,16 +1,19 @@
 """The group head: a query's candidates labelled together where a file lists them."""
 import csv
+import json
+import shutil
 
 import numpy as np
 import pytest
 
 from mgeo_index import settings
-from mgeo_index.match import match_file
+from mgeo_index.match import match_file, score_sides
 from mgeo_index.metrics import classification_report
 from mgeo_index.model.cross_encoder import load_cross_encoder
-from mgeo_index.model.group_head import fit_group_head, group_decide, group_inputs, runs
+from mgeo_index.model.group_head import GroupHead, group_features, runs, train_booster
+from mgeo_index.model.manifest import ModelError
 
-LABELS = ("exact_match", "partial_match", "not_match")
+LABELS = ["exact_match", "partial_match", "not_match"]
 
 
 def test_runs_are_consecutive_equal_keys():
@@ -18,57 +21,60 @@ def test_runs_are_consecutive_equal_keys():
     assert runs([]) == []
 
 
+def test_group_features_of_a_lone_pair_carry_no_context():
+    x = group_features(np.array([[0.2, 0.7]]), ["北京市朝阳区建国路88号"], ["q"])
+    assert x.shape == (1, 4 * 2 + 4)
+    assert np.allclose(x[0, :2], [0.2, 0.7])
+    assert np.allclose(x[0, 2:6], 0.0)  # minus the best, minus the mean
+    assert np.allclose(x[0, 6:8], 1.0)  # the best of a run of one
+    assert np.allclose(x[0, 8:], 0.0)  # log(1), no other candidates to resemble
+
+
+def test_group_features_compare_each_pair_with_its_own_run_only():
+    features = np.array([[0.9], [0.5], [0.1], [0.3]])
+    candidates = ["建国路88号", "建国路88号东门", "人民路1号", "中山路2号"]
+    x = group_features(features, candidates, ["q1", "q1", "q1", "q2"])
+    assert np.allclose(x[:3, 1], [0.0, -0.4, -0.8])  # minus the run's best
+    assert np.allclose(x[:3, 2], [0.4, 0.0, -0.4])  # minus the run's mean
+    assert x[:, 3].tolist() == [1.0, 0.0, 0.0, 1.0]  # the run's best; q2 is its own run
+    assert np.allclose(x[:3, 4], np.log(3)) and x[3, 4] == 0.0
+    # the two 建国路88号 candidates resemble each other (2-gram Jaccard 5/7) more than SIMILAR; 人民路1号 neither
+    assert x[0, 5] == pytest.approx(5 / 7) and x[0, 6] == pytest.approx(5 / 14) and x[0, 7] == 1.0 and x[2, 7] == 0.0
+
+
 def _synthetic(n_groups: int, seed: int):
-    """Groups of 2-5 candidates; the one exact match is the group's most probable candidate, but how probable
-    varies from group to group (a query-level shift), so a threshold on each pair alone cannot find it."""
+    """Runs of 2-5 candidates; the exact match is the run's best on feature 0, but how good it looks alone
+    varies from query to query (a query-level shift), so no threshold on a pair alone finds it."""
     rng = np.random.default_rng(seed)
-    probs, gold, keys = [], [], []
+    features, gold, keys, candidates = [], [], [], []
     for g in range(n_groups):
         size = int(rng.integers(2, 6))
-        shift = rng.normal(0, 1.5)
-        logit_exact = rng.normal(-2.0, 0.3, size) + shift
+        score = rng.normal(0, 0.3, size) + rng.normal(0, 1.5)
         best = int(rng.integers(size))
-        logit_exact[best] += 1.5
+        score[best] += 1.0
         for i in range(size):
-            logits = np.array([logit_exact[i], 0.0, rng.normal(0.5, 0.3)])
-            probs.append(np.exp(logits) / np.exp(logits).sum())
+            features.append([score[i], rng.normal()])
             gold.append(0 if i == best else 2)
             keys.append(f"query {g}")
-    return np.array(probs), np.array(gold), keys
+            candidates.append(f"候选{g}-{i}")
+    return np.array(features), np.array(gold), keys, candidates
 
 
-def test_the_group_head_finds_the_best_of_each_group_where_pairwise_thresholds_cannot():
-    probs, gold, keys = _synthetic(400, seed=0)
-    head = fit_group_head(probs, gold, keys, LABELS)
-    test_probs, test_gold, test_keys = _synthetic(400, seed=1)
-    grouped_probs, decided = group_decide(head, test_probs, test_keys, LABELS)
-    pairwise = np.argmax(test_probs, 1)
-    f1 = lambda pred: classification_report(test_gold.tolist(), list(pred), [0, 1, 2])["macro_f1"]  # noqa: E731
-    assert f1(decided) > f1(pairwise) + 0.15
-    assert f1(decided) > 0.6
-    assert np.allclose(grouped_probs.sum(1), 1.0, atol=1e-5)
+def test_the_trees_find_the_best_of_each_run_where_pairwise_thresholds_cannot():
+    features, gold, keys, candidates = _synthetic(600, seed=0)
+    x = group_features(features, candidates, keys)
+    alone = train_booster(features, gold, np.ones(len(gold)), rounds=100, threads=1)
+    together = train_booster(x, gold, np.ones(len(gold)), rounds=100, threads=1)
+    test_features, test_gold, test_keys, test_candidates = _synthetic(400, seed=1)
+    test_x = group_features(test_features, test_candidates, test_keys)
 
+    def f1(booster, inputs):
+        head = GroupHead([booster], [1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], LABELS)
+        return classification_report(test_gold.tolist(), head.decide(head.probabilities(inputs, [])).tolist(),
+                                     [0, 1, 2])["macro_f1"]
 
-def test_a_group_gets_the_same_answers_whatever_else_is_in_the_file():
-    probs, gold, keys = _synthetic(200, seed=2)
-    head = fit_group_head(probs, gold, keys, LABELS)
-    alone_probs, alone = group_decide(head, probs[:4], keys[:4], LABELS)  # the first group(s), alone
-    other, _, other_keys = _synthetic(30, seed=3)
-    mixed_probs, mixed = group_decide(head, np.concatenate([other, probs[:4]]), [f"x{k}" for k in other_keys] + keys[:4],
-                                      LABELS)
-    assert np.array_equal(mixed_probs[-4:], alone_probs) and np.array_equal(mixed[-4:], alone)
-
-
-def test_group_inputs_of_a_lone_pair_carry_no_context():
-    x = group_inputs(np.array([[0.2, 0.3, 0.5]]), ["q"], LABELS)
-    assert np.allclose(x[0, 3:], 0.0)  # minus the best, minus the mean, ranks, others, log(1)
-
-
-def test_a_head_for_other_labels_is_refused():
-    probs, gold, keys = _synthetic(50, seed=4)
-    head = fit_group_head(probs, gold, keys, LABELS)
-    with pytest.raises(ValueError, match="labels"):
-        group_decide(head, probs, keys, ("not_match", "partial_match", "exact_match"))
+    assert f1(together, test_x) > f1(alone, test_features) + 0.15
+    assert f1(together, test_x) > 0.6
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +83,44 @@ def shipped():
     if cross.group_head is None:
         pytest.skip("the shipped cross-encoder has no group head")
     return cross
+
+
+QUERIES = {
+    "北京朝阳建国路88号": ["北京市朝阳区建国路88号", "北京市朝阳区建国路86号", "广州市天河区体育西路1号"],
+    "深圳南山中山路75号": ["深圳市南山区中山路75号东方科技园", "深圳市南山区中山路57号"],
+    "杭州西湖文三路478号": ["杭州市西湖区文三路478号华星时代广场", "杭州市西湖区文二路478号", "杭州市滨江区江南大道478号",
+                    "北京市海淀区中关村大街27号"],
+}
+
+
+def test_a_run_gets_the_same_answers_whatever_else_is_in_the_file(shipped):
+    rows = [(q, c) for q, candidates in QUERIES.items() for c in candidates]
+    a, b = [q for q, _ in rows], [c for _, c in rows]
+    probs, decided, _ = score_sides(shipped, a, b, grouped=True)
+    last = len(QUERIES["杭州西湖文三路478号"])
+    alone_probs, alone, _ = score_sides(shipped, a[-last:], b[-last:], grouped=True)
+    assert np.allclose(probs[-last:], alone_probs, atol=1e-6, rtol=0) and np.array_equal(decided[-last:], alone)
+    assert np.allclose(probs.sum(1), 1.0, atol=1e-5)
+
+
+def test_a_group_head_of_an_earlier_kind_is_refused_naming_the_refit(shipped, tmp_path):
+    copy = tmp_path / "cross"
+    shutil.copytree(settings.DEFAULT_CROSS_MODEL, copy)
+    manifest = json.loads((copy / "mgeo_index.json").read_text())
+    manifest["group_head"] = {"labels": LABELS, "mean": [0.0] * 13, "weights": [[0.0] * 3] * 13}  # the earlier regression
+    (copy / "mgeo_index.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="recalibrate.py --model .* --decision-only"):
+        load_cross_encoder(copy)
+    assert load_cross_encoder(copy, group_head=False).group_head is None  # what the refit loads
+
+
+def test_a_saved_group_head_loads_back_the_same(shipped, tmp_path):
+    shipped.save(tmp_path / "cross")
+    again = load_cross_encoder(tmp_path / "cross")
+    rows = [(q, c) for q, candidates in QUERIES.items() for c in candidates]
+    x = group_features(np.random.default_rng(0).random((len(rows), 135)), [c for _, c in rows], [q for q, _ in rows])
+    assert np.array_equal(again.group_head.tree_logits(x), shipped.group_head.tree_logits(x))
+    assert again.group_head.manifest() == shipped.group_head.manifest()
 
 
 def _write_pairs(path, rows):
@@ -89,14 +133,6 @@ def _write_pairs(path, rows):
 def _read_scores(path):
     with open(path, encoding="utf-8") as fh:
         return [(r["label"], r["p_exact_match"]) for r in csv.DictReader(fh, delimiter="\t")]
-
-
-QUERIES = {
-    "北京朝阳建国路88号": ["北京市朝阳区建国路88号", "北京市朝阳区建国路86号", "广州市天河区体育西路1号"],
-    "深圳南山中山路75号": ["深圳市南山区中山路75号东方科技园", "深圳市南山区中山路57号"],
-    "杭州西湖文三路478号": ["杭州市西湖区文三路478号华星时代广场", "杭州市西湖区文二路478号", "杭州市滨江区江南大道478号",
-                    "北京市海淀区中关村大街27号"],
-}
 
 
 def test_match_never_splits_a_query_between_chunks(shipped, tmp_path):

@@ -64,6 +64,15 @@ def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_pat
     bi, cross = load_bi_encoder(cfg.out / "bi"), load_cross_encoder(cfg.out / "cross")
     assert metrics["fingerprints"] == {"bi": bi.fingerprint, "cross": cross.fingerprint}
     assert set(cross.labels) == set(LABELS) and bi.dim == 32
+    # a stacked scorer gets a group head, fitted on the calibration split (train's dev figures stay out of sample)
+    assert (cross.group_head is not None) == (cross.feature_head is not None)
+    if cross.group_head is not None:
+        assert metrics["stages"]["calibration"]["group_head"]["held_out"] == ["calib"]
+        from mgeo_index.training.group import cross_validate, group_head_pairs
+
+        report = cross_validate(cross, group_head_pairs(tiny_data)[1], seeds=1)
+        assert set(report) == {"group", "pairwise"}
+        assert all(0.0 <= report[v][src] <= 1.0 for v in report for src in ("round2", "round1", "ccks2021_train"))
     for name in ("ccks_dev", "shenzhen_dev"):
         assert 0.0 <= metrics[name]["macro_f1"] <= 1.0 and metrics[name]["n"] > 0
     assert metrics["stages"]["mlm"]["steps"] >= 1 and metrics["stages"]["cross"]["steps"] >= 1

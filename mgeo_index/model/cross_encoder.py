@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
+from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, load_group_head
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 from mgeo_index.settings import LABELS
 
@@ -80,7 +81,7 @@ class CrossEncoder(torch.nn.Module):
         # head, calibrated alone) decides with at least min_probability is not given to the network
         self.gate: dict | None = None
         # a query's candidates judged together where a file lists them (mgeo_index.model.group_head)
-        self.group_head: dict | None = None
+        self.group_head: GroupHead | None = None
 
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
@@ -146,8 +147,10 @@ class CrossEncoder(torch.nn.Module):
             manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
         if self.gate is not None and self.feature_head is not None:
             manifest["gate"] = self.gate
+        (path / GROUP_HEAD).unlink(missing_ok=True)
         if self.group_head is not None:
-            manifest["group_head"] = self.group_head
+            manifest["group_head"] = self.group_head.manifest()
+            self.group_head.save(path)
         write_manifest(path, manifest)
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
@@ -176,9 +179,10 @@ def load_head(directory: Path):
     return head.eval()
 
 
-def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncoder:
-    """Load a cross-encoder directory; ``stacked=False`` leaves out its feature head and stack (the
-    network alone, e.g. to fit a new head after the features changed)."""
+def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bool = True) -> CrossEncoder:
+    """Load a cross-encoder directory; ``stacked=False`` leaves out its feature head, stack and group head (the
+    network alone, e.g. to fit a new head after the features changed); ``group_head=False`` its group head (to fit
+    a new one)."""
     path = Path(path)
     manifest = read_manifest(path, KIND)
     quiet_transformers()
@@ -214,8 +218,10 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True) -> CrossEncode
         if set(offsets) != set(labels):
             raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
         cross.decision_offsets = [float(offsets[label]) for label in labels]
-    if stacked and manifest.get("group_head"):  # fitted on the stacked scorer's probabilities
-        cross.group_head = manifest["group_head"]
+    if stacked and group_head and manifest.get("group_head") and cross.feature_head is not None:  # stacks the feature head's logits
+        from mgeo_index.features import FEATURE_NAMES
+
+        cross.group_head = load_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

@@ -1,28 +1,51 @@
-"""Group context: the label of a pair decided among the other candidates of its query.
+"""Group context: the labels of a query's candidates decided together, where a file lists them.
 
-Where a file lists a query's candidates together (CCKS-style pair files: ``mgeo-index match``, ``mgeo-index
-eval pairs``), which candidate is the best of the lot is clearer than whether one is good on its own. The
-group head is a multinomial logistic regression on top of the pairwise scorer's probabilities: each pair's
-log-probabilities, their difference to the group's best and to its mean, the pair's rank in the group by
-P(exact_match) and by P(not_match), how many other candidates have P(exact_match) > 0.5, and log(group size)
-(:func:`group_inputs`, standardized). It is fitted on the calibration split (L2-regularized NLL), with its
-own decision offsets fitted for macro-F1 on out-of-fold predictions (5 folds by group), and stored in the
-cross-encoder's manifest (``group_head``). Ranking is untouched: ``resolve`` orders candidates as before.
+Where a file lists a query's candidates one after another (CCKS-style pair files: ``mgeo-index match``,
+``mgeo-index eval pairs``), how a candidate compares with the query's other candidates says more about its
+label than the pair alone does: the best of the lot is likelier the exact match, and near-duplicate
+candidates tend to share a label. The group head:
 
-A group is a run of consecutive pairs with the same first address (how CCKS files list a query's
-candidates); a pair alone is a group of one. A pair's probabilities depend on its group-mates — that is
-the point — and on nothing else: the same group gets the same answers whatever file or batch it is in.
+1. describes each pair within its run (:func:`group_features`): its pair features
+   (:data:`mgeo_index.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
+   candidates, whether it is the run's best on each, log(run length), and how alike its candidate is to the
+   run's other candidates (character 2-gram Jaccard: the largest, the mean, how many above 0.6);
+2. scores that with gradient-boosted trees (LightGBM: :func:`train_booster`, on the train split of every
+   labelled pair file, weighted by source; the raw scores of :data:`SEEDS` boosters averaged);
+3. stacks the trees' logits with the network's and the feature head's (one weight per column, a bias per
+   label: :func:`mgeo_index.training.calibrate.fit_column_stack`) on held-out splits;
+4. decides the label with per-label offsets fitted there for macro-F1 on CCKS round-2 pairs.
+
+It is fitted by ``scripts/recalibrate.py`` (:func:`mgeo_index.training.group.fit_group_head`); the trees are
+``group_head.lgb.txt.gz`` beside the model, the rest its manifest's ``group_head``. Ranking is untouched:
+``resolve`` orders and labels its candidates with the pairwise scorer (a retrieval pool is another context than
+a file's hand-listed candidates). Every pair of a run is scored by the network (no cascade), and a run's
+answers depend on its own pairs only: the trees score row by row, the network is batch-independent, so the
+same run gets the same answers whatever file, chunk or batch it is in. The shipped head's stack and offsets are
+fitted on the calibration and dev splits (:data:`mgeo_index.training.group.SHIPPED_HELD_OUT`), so its figures are
+out-of-fold ones (``scripts/eval_group_head.py``).
 """
 from __future__ import annotations
 
-import zlib
+import gzip
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-N_INPUTS = 13
-L2 = 0.01
-FOLDS = 5
+from mgeo_index.model.tree_head import lightgbm
+
+GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
+ROUNDS = 300
+# boosters averaged: one seed's trees move 5-fold round-2 macro-F1 by about ±0.005 (0.711 / 0.719 for two seeds)
+SEEDS = 3
+_NEXT_BOOSTER = "\n# mgeo-index: next booster\n"
+PARAMS = {
+    "objective": "multiclass", "num_class": 3, "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 40,
+    "feature_fraction": 0.5, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1,
+    "deterministic": True,
+}
+SIMILAR = 0.6  # 2-gram Jaccard above which two candidates count as near-duplicates
 
 
 def runs(keys: Sequence) -> list[np.ndarray]:
@@ -35,107 +58,124 @@ def runs(keys: Sequence) -> list[np.ndarray]:
     return out
 
 
-def group_inputs(probs: np.ndarray, keys: Sequence, labels: Sequence[str]) -> np.ndarray:
-    """(n, N_INPUTS) float64: each pair's standing among the pairs of its run (see the module docstring)."""
-    probs = np.asarray(probs, dtype=np.float64)
-    exact, not_match = labels.index("exact_match"), labels.index("not_match")
-    logp = np.log(np.clip(probs, 1e-6, 1.0))
-    out = np.zeros((len(probs), N_INPUTS))
+def _bigrams(text: str) -> set[str]:
+    return {text[i : i + 2] for i in range(len(text) - 1)}
+
+
+def group_features(features: np.ndarray, candidates: Sequence[str], keys: Sequence) -> np.ndarray:
+    """(n, 4·F + 4) float32: each pair's features (F = ``features.shape[1]``), their difference to the run's
+    best and to its mean, whether the pair is the run's best on each, log(run length), and its candidate's
+    largest and mean 2-gram Jaccard to the run's other candidates and how many of those exceed
+    :data:`SIMILAR`. A pair alone is a run of one (no context: zeros, ones for "best")."""
+    f = np.asarray(features, dtype=np.float64)
+    width = f.shape[1] if f.ndim == 2 else 0
+    out = np.zeros((len(f), 4 * width + 4), dtype=np.float64)
     for rows in runs(keys):
-        lp = logp[rows]
-        out[rows, 0:3] = lp
-        out[rows, 3:6] = lp - lp.max(0)
-        out[rows, 6:9] = lp - lp.mean(0)
-        # ranks, ties broken by position (stable sort): 0 is the best candidate
-        out[rows, 9] = np.argsort(np.argsort(-probs[rows, exact], kind="stable"), kind="stable") / 5.0
-        out[rows, 10] = np.argsort(np.argsort(probs[rows, not_match], kind="stable"), kind="stable") / 5.0
-        likely = probs[rows, exact] > 0.5
-        out[rows, 11] = likely.sum() - likely
-        out[rows, 12] = np.log(len(rows))
-    return out
+        x = f[rows]
+        best = x.max(0)
+        grams = [_bigrams(candidates[i]) for i in rows]
+        similar = np.zeros((len(rows), 3))
+        for j in range(len(rows)):
+            sims = [len(grams[j] & grams[k]) / max(len(grams[j] | grams[k]), 1) for k in range(len(rows)) if k != j]
+            if sims:
+                similar[j] = (max(sims), sum(sims) / len(sims), sum(s > SIMILAR for s in sims))
+        out[rows] = np.hstack([x, x - best, x - x.mean(0), x >= best, np.full((len(rows), 1), np.log(len(rows))),
+                               similar])
+    return out.astype(np.float32)
 
 
-def _logits(head: dict, x: np.ndarray) -> np.ndarray:
-    z = (x - np.asarray(head["mean"])) / np.asarray(head["scale"])
-    return z @ np.asarray(head["weights"]) + np.asarray(head["bias"])
+def train_booster(x: np.ndarray, gold: np.ndarray, weight: np.ndarray, *, seed: int = 0, rounds: int = ROUNDS,
+                  threads: int = 0):
+    """LightGBM trees on group features → 3 raw scores; each row weighted by ``weight`` times its class's
+    inverse frequency (``exact_match`` is rare)."""
+    lgb = lightgbm()
+    gold = np.asarray(gold, dtype=np.int64)
+    counts = np.bincount(gold, minlength=3)
+    balance = len(gold) / (3 * np.maximum(counts, 1))
+    data = lgb.Dataset(np.ascontiguousarray(x, dtype=np.float32), gold, weight=np.asarray(weight) * balance[gold])
+    return lgb.train(PARAMS | {"seed": seed, "num_threads": threads}, data, num_boost_round=rounds)
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def stacked_probabilities(weights: Sequence[float], bias: Sequence[float], columns: Sequence[np.ndarray]) -> np.ndarray:
+    """softmax(Σ weight · logits column + bias): the stack of the trees', the network's and the feature head's logits."""
+    logits = sum(w * np.asarray(c, dtype=np.float64) for w, c in zip(weights, columns)) + np.asarray(bias)
     e = np.exp(logits - logits.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
 
 
-def _fit(z: np.ndarray, gold: np.ndarray, n_labels: int, l2: float) -> tuple[np.ndarray, np.ndarray]:
-    import torch
-    import torch.nn.functional as F
-
-    x, y = torch.tensor(z), torch.tensor(gold)
-    weights = torch.zeros(z.shape[1], n_labels, dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(n_labels, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([weights, bias], lr=0.5, max_iter=500, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(x @ weights + bias, y) + l2 * (weights ** 2).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return weights.detach().numpy(), bias.detach().numpy()
+def decide(probs: np.ndarray, offsets: Sequence[float]) -> np.ndarray:
+    """The label maximizing log P + its decision offset."""
+    return np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + np.asarray(offsets), axis=1)
 
 
-def fit_inputs(x: np.ndarray, gold: Sequence[int], keys: Sequence, labels: Sequence[str], *, l2: float = L2,
-               folds: int = FOLDS) -> dict:
-    """The regression of a group head on any inputs ``x`` (n, k) of pairs listed run by run: standardization,
-    weights and bias fitted on everything, decision offsets for macro-F1 on out-of-fold predictions (folds of
-    whole runs, by a hash of their key). ``scripts/eval_group_head.py`` fits other inputs with it."""
-    from mgeo_index.training.calibrate import fit_decision_offsets
+@dataclass
+class GroupHead:
+    boosters: list  # lightgbm.Booster over group_features, their raw scores averaged
+    weights: list[float]  # per logits column: the trees, the network, the feature head (when the model has one)
+    bias: list[float]  # per label
+    decision_offsets: list[float]  # per label
+    labels: list[str]
+    stats: dict = field(default_factory=dict)  # what it was fitted on (recorded in the manifest)
 
-    gold = np.asarray(gold)
-    mean, scale = x.mean(0), x.std(0) + 1e-6
-    z = (x - mean) / scale
-    fold = np.array([zlib.crc32(str(keys[rows[0]]).encode()) % folds for rows in runs(keys) for _ in rows])
-    weights, bias = _fit(z, gold, len(labels), l2)
-    held_out = _softmax(z @ weights + bias)  # a fold holding every group (tiny data) keeps the in-sample fit
-    for k in range(folds):
-        if (fold == k).any() and (fold != k).any():
-            w, b = _fit(z[fold != k], gold[fold != k], len(labels), l2)
-            held_out[fold == k] = _softmax(z[fold == k] @ w + b)
-    offsets = fit_decision_offsets(held_out, gold, list(labels))
-    nll = float(-np.log(np.clip(_softmax(z @ weights + bias)[np.arange(len(gold)), gold], 1e-12, 1)).mean())
-    return {"mean": mean.tolist(), "scale": scale.tolist(), "weights": weights.tolist(), "bias": bias.tolist(),
-            "decision_offsets": [float(o) for o in offsets], "calib_nll": round(nll, 4)}
+    def tree_logits(self, x: np.ndarray) -> np.ndarray:
+        if not len(x):
+            return np.empty((0, len(self.labels)))
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        scores = [np.asarray(b.predict(x, raw_score=True, num_threads=1), dtype=np.float64) for b in self.boosters]
+        return (sum(scores) / len(scores)).reshape(len(x), len(self.labels))
 
+    def probabilities(self, x: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
+        """Label probabilities from group features ``x`` and the other logits ``columns`` (network, feature
+        head), each (n, 3) in ``labels`` order."""
+        return stacked_probabilities(self.weights, self.bias, [self.tree_logits(x), *columns])
 
-def fit_group_head(probs: np.ndarray, gold: Sequence[int], keys: Sequence, labels: Sequence[str], *,
-                   l2: float = L2, folds: int = FOLDS) -> dict:
-    """A group head (a JSON-able dict) for the pairwise probabilities ``probs`` (columns in ``labels`` order),
-    the gold label indices and the pairs' group keys, listed run by run."""
-    fitted = fit_inputs(group_inputs(probs, keys, labels), gold, keys, labels, l2=l2, folds=folds)
-    return {"labels": list(labels), **{k: fitted[k] for k in ("mean", "scale", "weights", "bias", "decision_offsets")},
-            "l2": l2, "pairs": int(len(gold)), "groups": len(runs(keys)), "calib_nll": fitted["calib_nll"]}
+    def decide(self, probs: np.ndarray) -> np.ndarray:
+        return decide(probs, self.decision_offsets)
 
+    def manifest(self) -> dict:
+        return {"kind": "trees", "file": GROUP_HEAD, "labels": self.labels, "weights": self.weights, "bias": self.bias,
+                "decision_offsets": self.decision_offsets, "inputs": int(self.boosters[0].num_feature()),
+                "boosters": len(self.boosters), **self.stats}
 
-def predict(head: dict, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, decided label indices) of a fitted head (:func:`fit_inputs`) on its inputs ``x``."""
-    out = _softmax(_logits(head, x))
-    return out, np.argmax(np.log(np.clip(out, 1e-12, 1.0)) + np.asarray(head["decision_offsets"]), axis=1)
+    def save(self, directory: str | Path) -> None:
+        text = _NEXT_BOOSTER.join(b.model_to_string() for b in self.boosters)
+        # mtime 0: the same trees give the same bytes (the model's fingerprint covers this file)
+        (Path(directory) / GROUP_HEAD).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
 
 
-def group_decide(head: dict, probs: np.ndarray, keys: Sequence, labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, decided label indices) of the pairs judged within their groups; columns in ``labels``
-    order (the head's own order is checked against it)."""
-    if list(labels) != head["labels"]:
-        raise ValueError(f"group head fitted for labels {head['labels']}, not {list(labels)}")
-    if not len(probs):
-        return np.asarray(probs, dtype=np.float32), np.empty(0, dtype=int)
-    out, decided = predict(head, group_inputs(probs, keys, labels))
-    return out.astype(np.float32), decided
+def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> GroupHead:
+    """The group head of a model folder from its manifest ``entry``; refused (ModelError, naming the refit) when it
+    was fitted for other labels or features than this version's."""
+    from mgeo_index.model.manifest import ModelError
+
+    refit = f"refit it: python scripts/recalibrate.py --model {directory} --decision-only"
+    if entry.get("kind") != "trees" or not (Path(directory) / GROUP_HEAD).exists():
+        raise ModelError(f"{directory}: its group head is of an earlier kind (or its {GROUP_HEAD} is missing); {refit}")
+    if entry["labels"] != list(labels):
+        raise ModelError(f"{directory}: its group head was fitted for labels {entry['labels']}, not {list(labels)}; {refit}")
+    if entry["inputs"] != 4 * n_features + 4:
+        raise ModelError(f"{directory}: its group head reads {entry['inputs']} inputs, this version computes "
+                         f"{4 * n_features + 4}; {refit}")
+    texts = gzip.decompress((Path(directory) / GROUP_HEAD).read_bytes()).decode("utf-8").split(_NEXT_BOOSTER)
+    boosters = [lightgbm().Booster(model_str=text) for text in texts]
+    stats = {k: v for k, v in entry.items()
+             if k not in ("kind", "file", "labels", "weights", "bias", "decision_offsets", "inputs", "boosters")}
+    return GroupHead(boosters, list(entry["weights"]), list(entry["bias"]), list(entry["decision_offsets"]),
+                     list(entry["labels"]), stats)
 
 
-def decide(cross, probs: np.ndarray, keys: Sequence | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, label indices) of scored pairs: within their groups (``keys``: each pair's first address,
-    in file order) by ``cross``'s group head when it has one, else each pair alone (``cross.decide``)."""
-    if keys is not None and getattr(cross, "group_head", None) is not None:
-        return group_decide(cross.group_head, probs, keys, cross.labels)
-    return probs, cross.decide(probs)
+def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, features: np.ndarray | None = None,
+                 device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities (n, 3) in ``cross.labels`` order, decided label indices) of pairs listed run by run (a
+    run: consecutive pairs with the same query), by ``cross``'s group head."""
+    from mgeo_index import inference
+    from mgeo_index.features import pair_features_batch
+
+    head: GroupHead = cross.group_head
+    if not len(queries):
+        return np.empty((0, len(cross.labels)), dtype=np.float32), np.empty(0, dtype=int)
+    if features is None:
+        features = pair_features_batch(list(queries), list(candidates))
+    columns = inference.component_logits(cross, queries, candidates, features=features, device=device)
+    probs = head.probabilities(group_features(features, candidates, queries), columns)
+    return probs.astype(np.float32), head.decide(probs)

@@ -3,7 +3,7 @@
 An alternative to the averaged MLPs (:class:`~mgeo_index.model.cross_encoder.FeatureHead`), measured and not
 shipped: trained on the train split of every labelled pair file, the trees decide CCKS round-2 labels better
 stacked with the network but rank a query's retrieved candidates worse (the README's ablation has the figures).
-``python scripts/recalibrate.py --model DIR --head trees`` fits one (``pip install 'mgeo-index[trees]'``). Called
+``python scripts/recalibrate.py --model DIR --head trees`` fits one. Called
 like the MLP head: a float32 tensor (or array) of features in, a float32 tensor of logits (LightGBM's raw multiclass scores,
 whose softmax is its probability) out, row by row, so a pair's logits never depend on its batch-mates.
 """
@@ -48,18 +48,18 @@ class TreeHead(nn.Module):
         self.booster.save_model(str(path))
 
     def __deepcopy__(self, memo) -> TreeHead:
-        return TreeHead(_lgb().Booster(model_str=self.booster.model_to_string()))
+        return TreeHead(lightgbm().Booster(model_str=self.booster.model_to_string()))
 
 
 def load_tree_head(path: str | Path) -> TreeHead:
-    return TreeHead(_lgb().Booster(model_file=str(path)))
+    return TreeHead(lightgbm().Booster(model_file=str(path)))
 
 
 def train_tree_head(x: np.ndarray, y: np.ndarray, *, seed: int = 0, rounds: int = ROUNDS, init: TreeHead | None = None,
                     learning_rate: float | None = None) -> TreeHead:
     """Trees on (features, LABELS index), each class weighted by its inverse frequency (exact_match is rare and
     what users need most). ``init``: boost ``rounds`` more trees on top of that head (a refit on new labels)."""
-    lgb = _lgb()
+    lgb = lightgbm()
     x, y = np.ascontiguousarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64)
     counts = np.bincount(y, minlength=len(LABELS))
     weight = (len(y) / (len(LABELS) * np.maximum(counts, 1)))[y]
@@ -69,12 +69,14 @@ def train_tree_head(x: np.ndarray, y: np.ndarray, *, seed: int = 0, rounds: int 
     return TreeHead(booster)
 
 
-def _lgb():
+def lightgbm():
+    """The lightgbm module, imported where trees are used (a feature head of trees, the group head): parse, jobs,
+    db and --help never pay for it."""
     try:
-        import lightgbm  # imported where trees are used: nothing else pays for it
+        import lightgbm as lgb
     except ImportError as exc:
         from mgeo_index.model.manifest import ModelError
 
-        raise ModelError("this model's feature head is gradient-boosted trees, which need LightGBM: "
-                         "pip install 'mgeo-index[trees]'") from exc
-    return lightgbm
+        raise ModelError("this model has gradient-boosted trees, which need LightGBM (a dependency of mgeo-index): "
+                         "pip install lightgbm") from exc
+    return lgb

@@ -106,8 +106,7 @@ def fit_stack(network_logits: np.ndarray, feature_logits: np.ndarray, gold: np.n
 
 
 def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[data.Pair], *, seed: int = 0,
-              heads: int = 5, head: str = "mlp", head_pairs: list[data.Pair] | None = None,
-              group_pairs: list[data.Pair] | None = None) -> dict:
+              heads: int = 5, head: str = "mlp", head_pairs: list[data.Pair] | None = None) -> dict:
     """Temperature of the network alone, the stacked scorer, and the feature head alone, on the calibration
     split of ``pairs``; keep whichever fits calib best (:func:`choose_scorer`: the network must earn its
     running time).
@@ -116,9 +115,9 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     ``heads`` MLP seeds (``head="mlp"``, shipped; one seed's dev macro-F1 varies by ±0.01, their mean less)
     or gradient-boosted trees (``"trees"``, :mod:`~mgeo_index.model.tree_head`: measured, not shipped).
     Then the label decision offsets, fitted for macro-F1 on the calibration split of ``decision_pairs`` (the
-    three-way CCKS pairs: the binary Shenzhen pairs have no partial class), and the group head on the
-    calibration split of ``group_pairs`` (default ``decision_pairs``; files that list each query's candidates
-    together).
+    three-way CCKS pairs: the binary Shenzhen pairs have no partial class). The group head, which stacks on what
+    this fits, is :func:`mgeo_index.training.group.fit_group_head`'s (called after this by :func:`recalibrate` and
+    ``mgeo-index train``).
     """
     from mgeo_index.model.tree_head import train_tree_head
     from mgeo_index.text.parser import parser_version
@@ -153,16 +152,14 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     cross.temperature = temperature
     if scorer != "network":
         cross.feature_head, cross.stack = feature_head, stack if scorer == "stacked" else features_only
-    fit_decision(cross, data.split_examples(decision_pairs, "calib"),
-                 data.split_examples(group_pairs, "calib") if group_pairs is not None else None)
+    fit_decision(cross, data.split_examples(decision_pairs, "calib"))
     gate = fit_gate(cross, stack, features_only, network_logits, feature_logits, gold) if scorer == "stacked" else None
     return {"gate": gate, "temperature": temperature, "calibration_pairs": len(calib), "head_training_pairs": len(train),
             "calib_nll_network": nll["network"], "calib_nll_feature_head": head_nll, "feature_head": head,
             "feature_heads": heads if head == "mlp" else feature_head.trees, "calib_nll_stacked": nll["stacked"],
             "calib_nll_features_only": nll["features"], "scorer": scorer,
             "stack": {k: v for k, v in (cross.stack or stack).items() if k != "features"},
-            "decision_offsets": dict(zip(cross.labels, cross.decision_offsets)),
-            "group_head": {k: cross.group_head[k] for k in ("pairs", "groups", "calib_nll", "decision_offsets")}}
+            "decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
 
 
 # The cascade keeps the stacked scorer's label on at least this share of the calibration pairs (0.995 cost 2 of 306
@@ -248,46 +245,32 @@ def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.ar
     return best[2]
 
 
-def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]],
-                 group_examples: list[tuple[str, str, int]] | None = None) -> None:
-    """Set ``cross.decision_offsets`` from held-out (a, b, LABELS index) examples, and ``cross.group_head`` from
-    ``group_examples`` (default ``examples``) in file order (a query's candidates one after another:
-    :mod:`mgeo_index.model.group_head`)."""
-    from mgeo_index.model.group_head import fit_group_head
-
-    group_examples = examples if group_examples is None else group_examples
-    everything = list(dict.fromkeys((normalize(a), normalize(b)) for a, b, _ in examples + group_examples))
-    scored = dict(zip(everything, inference.score_pairs(cross, [a for a, _ in everything], [b for _, b in everything])))
-
-    def probs_gold(rows):
-        keys = [(normalize(a), normalize(b)) for a, b, _ in rows]
-        return (np.array([scored[k] for k in keys]).reshape(-1, len(cross.labels)),
-                np.array([cross.labels.index(LABELS[g]) for *_, g in rows]), [a for a, _ in keys])
-
-    probs, gold, _ = probs_gold(examples)
+def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> None:
+    """Set ``cross.decision_offsets`` (each pair alone) from held-out (a, b, LABELS index) examples."""
+    probs = inference.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    gold = np.array([cross.labels.index(LABELS[g]) for *_, g in examples])
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
-    probs, gold, first = probs_gold(group_examples)
-    cross.group_head = fit_group_head(probs, gold, first, cross.labels)
 
 
 def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False, head: str = "mlp") -> dict:
-    """Calibrate an existing cross-encoder again (temperature, feature head, stack, decision offsets;
-    or the decision offsets alone) on the shared data's calibration split; saved in place. The stack is
+    """Calibrate an existing cross-encoder again (temperature, feature head, stack, decision offsets, group head;
+    or, ``decision_only``, the decision offsets and the group head) on the shared data; saved in place. The stack is
     fitted on the calibration split of the CCKS pairs and Shenzhen's validation file; the MLP head trains
     on their train split, a tree head on the train split of every labelled pair file (:func:`data.all_pairs`:
-    trees gain from the extra round-1 and Shenzhen pairs, MLPs lose)."""
+    trees gain from the extra round-1 and Shenzhen pairs, MLPs lose); the group head on what
+    :func:`mgeo_index.training.group.group_head_pairs` names, its stack and offsets on the calibration and dev splits
+    (:data:`~mgeo_index.training.group.SHIPPED_HELD_OUT`)."""
     ccks = data.ccks_pairs(data_dir)
-    # the group head: both CCKS files list each query's candidates together (the round-1 tail's calibration
-    # split adds 318 pairs to the 1,589)
-    group_pairs = ccks + data.ccks_extra_pairs(data_dir)
     if decision_only:
-        cross = load_cross_encoder(cross_dir)
-        fit_decision(cross, data.split_examples(ccks, "calib"), data.split_examples(group_pairs, "calib"))
-        stats = {"decision_offsets": dict(zip(cross.labels, cross.decision_offsets)),
-                 "group_head": {k: cross.group_head[k] for k in ("pairs", "groups", "calib_nll", "decision_offsets")}}
+        cross = load_cross_encoder(cross_dir, group_head=False)
+        fit_decision(cross, data.split_examples(ccks, "calib"))
+        stats = {"decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
     else:
         cross = load_cross_encoder(cross_dir, stacked=False)
         stats = calibrate(cross, ccks + data.shenzhen_pairs(data_dir), ccks, head=head,
-                          head_pairs=data.all_pairs(data_dir) if head == "trees" else None, group_pairs=group_pairs)
+                          head_pairs=data.all_pairs(data_dir) if head == "trees" else None)
+    from mgeo_index.training.group import SHIPPED_HELD_OUT, fit_group_head, group_head_pairs
+
+    stats["group_head"] = fit_group_head(cross, *group_head_pairs(data_dir), held_out=SHIPPED_HELD_OUT)
     cross.save(cross_dir)
     return stats

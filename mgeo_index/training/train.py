@@ -33,6 +33,7 @@ from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import calibrate, pair_logits
+from mgeo_index.training.group import fit_group_head, group_head_pairs
 from mgeo_index.training.config import TrainConfig
 from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, save_atomic, shuffled_batches, timed_loop
 
@@ -251,9 +252,14 @@ def _calib_loss(cross: CrossEncoder, examples, weights: torch.Tensor) -> float:
     return float(F.cross_entropy(logits, gold, weight=weights.to(logits.dtype)))
 
 
-def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: list[data.Pair]) -> dict:
+def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: list[data.Pair],
+                    extra: list[data.Pair]) -> dict:
+    """Calibration, then the group head (its trees also learn from ``extra``: the --pairs files; its stack and
+    offsets are fitted on the calibration split only, so that the dev figures below stay out of sample)."""
     cross = load_cross_encoder(cfg.out / "work" / "cross_uncalibrated")
     stats = calibrate(cross, pairs, decision_pairs, seed=cfg.seed)
+    trees, stack = group_head_pairs(cfg.data_dir)
+    stats["group_head"] = fit_group_head(cross, trees + extra, stack, seed=cfg.seed)
     cross.save(cfg.out / "cross")
     cfg.log(f"[calibrate] {stats}")
     return stats
@@ -299,7 +305,7 @@ def train(cfg: TrainConfig) -> dict:
         _invalidate_after_pretraining(cfg)
     bi_stats = stage_bi(cfg, tokenizer, mlm_path, ccks + shenzhen, tagged)
     cross_stats = stage_cross(cfg, tokenizer, mlm_path, ccks + shenzhen + extra)
-    calib_stats = stage_calibrate(cfg, ccks + shenzhen + extra, ccks)
+    calib_stats = stage_calibrate(cfg, ccks + shenzhen + extra, ccks, extra)
     bi = load_bi_encoder(cfg.out / "bi")
     cross = load_cross_encoder(cfg.out / "cross")
     metrics = {
