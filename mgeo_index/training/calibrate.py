@@ -269,7 +269,7 @@ def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False,
         cross = load_cross_encoder(cross_dir, stacked=False)
         stats = calibrate(cross, ccks + data.shenzhen_pairs(data_dir), ccks, head=head,
                           head_pairs=data.all_pairs(data_dir) if head == "trees" else None)
-    from mgeo_index.training.group import SHIPPED_HELD_OUT, fit_group_head, group_head_pairs
+    from mgeo_index.training.group import SHIPPED_HELD_OUT, fit_group_head, group_head_pairs  # group imports this module
 
     stats["group_head"] = fit_group_head(cross, *group_head_pairs(data_dir), held_out=SHIPPED_HELD_OUT)
     cross.save(cross_dir)
