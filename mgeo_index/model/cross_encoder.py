@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
-from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, load_group_head
+from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, decide, load_group_head
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 from mgeo_index.settings import LABELS
 
@@ -86,8 +86,7 @@ class CrossEncoder(torch.nn.Module):
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
         probs = np.asarray(probs, dtype=np.float64).reshape(-1, len(self.labels))
-        offsets = np.asarray(self.decision_offsets or [0.0] * len(self.labels))
-        return np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + offsets, axis=1)
+        return decide(probs, self.decision_offsets or [0.0] * len(self.labels))
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.model.tree_head import lightgbm
+from mgeo_index.model.tree_head import balanced_weights, lightgbm
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
 ROUNDS = 300
@@ -90,9 +90,7 @@ def train_booster(x: np.ndarray, gold: np.ndarray, weight: np.ndarray, *, seed: 
     inverse frequency (``exact_match`` is rare)."""
     lgb = lightgbm()
     gold = np.asarray(gold, dtype=np.int64)
-    counts = np.bincount(gold, minlength=3)
-    balance = len(gold) / (3 * np.maximum(counts, 1))
-    data = lgb.Dataset(np.ascontiguousarray(x, dtype=np.float32), gold, weight=np.asarray(weight) * balance[gold])
+    data = lgb.Dataset(np.ascontiguousarray(x, dtype=np.float32), gold, weight=np.asarray(weight) * balanced_weights(gold))
     return lgb.train(PARAMS | {"seed": seed, "num_threads": threads}, data, num_boost_round=rounds)
 
 

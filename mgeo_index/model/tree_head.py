@@ -61,12 +61,18 @@ def train_tree_head(x: np.ndarray, y: np.ndarray, *, seed: int = 0, rounds: int 
     what users need most). ``init``: boost ``rounds`` more trees on top of that head (a refit on new labels)."""
     lgb = lightgbm()
     x, y = np.ascontiguousarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64)
-    counts = np.bincount(y, minlength=len(LABELS))
-    weight = (len(y) / (len(LABELS) * np.maximum(counts, 1)))[y]
+    weight = balanced_weights(y)
     params = PARAMS | {"seed": seed} | ({"learning_rate": learning_rate} if learning_rate is not None else {})
     booster = lgb.train(params, lgb.Dataset(x, y, weight=weight, free_raw_data=True), num_boost_round=rounds,
                         init_model=None if init is None else init.booster, keep_training_booster=False)
     return TreeHead(booster)
+
+
+def balanced_weights(y: np.ndarray) -> np.ndarray:
+    """Per row, its class's inverse frequency (n / (classes · count)): the trees' class balance (exact_match is rare)."""
+    y = np.asarray(y, dtype=np.int64)
+    counts = np.bincount(y, minlength=len(LABELS))
+    return (len(y) / (len(LABELS) * np.maximum(counts, 1)))[y]
 
 
 def lightgbm():
