@@ -406,3 +406,15 @@ def test_rows_of_one_length_skip_packing_and_tag_the_same():
     fast, packed = tagger.emissions(ids, mask), tagger.emissions(packed_ids, packed_mask)[: len(same), :length]
     assert torch.allclose(fast, packed, atol=1e-4, rtol=0)
     assert tagger.decode(ids, mask) == tagger.decode(packed_ids, packed_mask)[: len(same)]
+
+
+def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
+    import gc
+
+    from mgeo_index.text.tagger import default_tagger
+
+    default_gazetteer(), default_tagger()
+    # its 42,000 units (and torch's objects) are in the permanent generation: a full collection skips them
+    assert gc.get_freeze_count() > 42_000
+    scanned = {id(o) for o in gc.get_objects(generation=2)}
+    assert not any(id(u) in scanned for u in default_gazetteer().units.values())

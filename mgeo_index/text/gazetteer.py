@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from mgeo_index.heap import freeze_loaded
+
 DEFAULT_PATH = Path(__file__).parent / "data" / "gazetteer.json.gz"
 LEVELS = {1: "province", 2: "city", 3: "district", 4: "town"}
 MUNICIPALITIES = {"110000", "120000", "310000", "500000"}  # their districts hang under the province
@@ -322,4 +324,8 @@ def load_gazetteer(path: Path | str | None = None) -> Gazetteer:
 
 @lru_cache(maxsize=1)
 def default_gazetteer() -> Gazetteer:
-    return load_gazetteer(DEFAULT_PATH)
+    """The shipped gazetteer, loaded once per process and kept out of the garbage collector's scans
+    (:func:`mgeo_index.heap.freeze_loaded`)."""
+    gazetteer = load_gazetteer(DEFAULT_PATH)
+    freeze_loaded()
+    return gazetteer

@@ -18,6 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from mgeo_index.heap import freeze_loaded
+
 DEFAULT_DIR = Path(__file__).parent / "tagger"
 PAD, UNK = 0, 1
 FORBIDDEN = -1e4
@@ -216,5 +218,8 @@ def default_tagger() -> Tagger:
     """The shipped tagger, in FP32: each address is tagged the same whatever it is batched with. (The int8
     dynamic quantization used before scaled activations per batch: 12 of 2,000 addresses were tagged otherwise
     alone than in a batch of 128, so a query's parse, and its pair features, moved with its batch-mates. FP32
-    costs 0.85 CPU s per 3,000 addresses on the network part against int8's 0.68.)"""
-    return load_tagger(DEFAULT_DIR)
+    costs 0.85 CPU s per 3,000 addresses on the network part against int8's 0.68.) Loaded once per process and
+    kept out of the garbage collector's scans (:func:`mgeo_index.heap.freeze_loaded`), with torch's own objects."""
+    tagger = load_tagger(DEFAULT_DIR)
+    freeze_loaded()
+    return tagger
