@@ -5,7 +5,8 @@ Reports entity-level micro-F1 of the element tagger, province / city / district 
 ``--speed-rows`` addresses of the train split that this process has not parsed before (``fresh``: a new slice
 each of 3 runs, as held-out addresses would be), and over the last slice again (``repeated``: the gazetteer's
 answers are cached by admin mentions). ``--collector-ab`` adds the shipped loaders' ``gc.freeze``
-(:mod:`mgeo_index.heap`) against none, alternating over 6 fresh slices in this process.
+(:mod:`mgeo_index.heap`) against none, alternating over 6 fresh slices in this process; ``--against DIR`` times another tagger the same way against
+this one (``--tagger`` or the shipped).
 
 Example: OMP_NUM_THREADS=1 .venv/bin/python scripts/eval_parser.py --data ../shared/data --collector-ab
 """
@@ -30,7 +31,11 @@ parser.add_argument("--split", default="test", choices=["test", "dev"])
 parser.add_argument("--speed-rows", type=int, default=5000)
 parser.add_argument("--collector-ab", action="store_true", help="also time parsing with and without gc.freeze")
 parser.add_argument("--tagger", type=Path, default=None, help="a tagger directory (default: the shipped one)")
+parser.add_argument("--against", type=Path, default=None,
+                    help="another tagger directory: parsing speed of both, alternating over fresh slices in this process")
 args = parser.parse_args()
+if args.collector_ab and args.against:
+    parser.error("--collector-ab and --against each need the fresh addresses left: give one of them")
 
 splits = load_examples(args.data)
 examples = splits[args.split]
@@ -50,9 +55,9 @@ slices = iter(pool[i : i + args.speed_rows] for i in range(512, len(pool) - args
 parse(pool[:512], tagger=tagger, gazetteer=gazetteer)  # warm-up
 
 
-def rate(rows: list[str]) -> int:
+def rate(rows: list[str], with_tagger=tagger) -> int:
     start = time.process_time()
-    parse(rows, tagger=tagger, gazetteer=gazetteer)
+    parse(rows, tagger=with_tagger, gazetteer=gazetteer)
     return round(len(rows) / (time.process_time() - start))
 
 
@@ -67,5 +72,12 @@ if args.collector_ab:  # gc.freeze (what the loaders did) against none, alternat
         ab["frozen" if k % 2 == 0 else "unfrozen"].append(rate(next(slices)))
     gc.freeze()
     report["collector_ab"] = {**ab, "ratio_of_medians": round(median(ab["frozen"]) / median(ab["unfrozen"]), 3)}
+if args.against:  # the two taggers alternating over fresh slices, the same gazetteer
+    other = load_tagger(args.against)
+    parse(pool[:512], tagger=other, gazetteer=gazetteer)
+    ab = {"this": [], "against": []}
+    for k in range(6):
+        ab["this" if k % 2 == 0 else "against"].append(rate(next(slices), tagger if k % 2 == 0 else other))
+    report["against"] = {**ab, "tagger": str(args.against), "ratio_of_medians": round(median(ab["this"]) / median(ab["against"]), 3)}
 report["load_average"] = os.getloadavg()  # other work on the machine slows the speed figure
 print(json.dumps(report, ensure_ascii=False, indent=1))
