@@ -76,14 +76,18 @@ class Gazetteer:
         self.supplementary = frozenset(data.get("supplementary", ()))  # development zones (not MCA units)
         self._chains: dict[str, tuple[Unit, ...]] = {}  # filled as chains are asked for (a CLI parse needs a few)
         self._towns: dict[str, tuple[str, ...]] | None = None
+        self._official_levels: frozenset[tuple[str, int]] | None = None
 
     def lookup(self, name: str) -> tuple[str, ...]:
         """Codes a name can mean: official names and short forms, then former names."""
         return tuple(dict.fromkeys(self.names.get(name, ()) + tuple(t[0] for t in self.history.get(name, ()))))
 
     def is_official(self, name: str, level: int) -> bool:
-        """Whether ``name`` is the official name of a unit at ``level``."""
-        return any(self.units[c].level == level for c in self.official.get(name, ()))
+        """Whether ``name`` is the official name of a unit at ``level`` (the parser asks this about 5 times per
+        address: a set of (name, level) made on first use answers in one lookup)."""
+        if self._official_levels is None:
+            self._official_levels = frozenset((unit.name, unit.level) for unit in self.units.values())
+        return (name, level) in self._official_levels
 
     def leading_county(self, text: str, longest: int = 8) -> str | None:
         """The longest start of ``text`` that is the official name of exactly one unit above the
