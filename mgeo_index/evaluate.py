@@ -142,6 +142,18 @@ def read_gold_queries(path: str | Path, split: str = "all") -> tuple[list[str], 
     return [q for q, _ in grouped.values()], [golds for _, golds in grouped.values()]
 
 
+def gold_entry_ids(resolver, golds: list[list[str]]) -> list[set[int]]:
+    """The entry ids of each query's gold addresses in the resolver's catalog, found by normalized address (an
+    empty set where none of them is in it)."""
+    from mgeo_index import store
+
+    catalog_id = store.catalog_id(resolver.engine, resolver.descriptor["catalog"])
+    normalized = [[normalize(g) for g in gs] for gs in golds]
+    flat = [g for gs in normalized for g in gs]
+    ids = dict(zip(flat, store.ids_by_normalized(resolver.engine, catalog_id, flat)))
+    return [{ids[g] for g in gs} - {None} for gs in normalized]
+
+
 def evaluate_retrieval(
     resolver, queries: list[str], golds: list[list[str]], *, top_k: int = 10, retrieval: str = "hybrid",
     admin_filter: bool = False, rerank_depth: int | None = None,
@@ -151,13 +163,7 @@ def evaluate_retrieval(
     ``golds[i]`` lists the gold addresses of ``queries[i]``; the query counts as found at the first
     rank holding any of them. Queries none of whose gold addresses is in the catalog are left out.
     """
-    from mgeo_index import store
-
-    catalog_id = store.catalog_id(resolver.engine, resolver.descriptor["catalog"])
-    normalized = [[normalize(g) for g in gs] for gs in golds]
-    flat = [g for gs in normalized for g in gs]
-    ids = dict(zip(flat, store.ids_by_normalized(resolver.engine, catalog_id, flat)))
-    gold_sets = [{ids[g] for g in gs} - {None} for gs in normalized]
+    gold_sets = gold_entry_ids(resolver, golds)
     keep = [i for i, found in enumerate(gold_sets) if found]
     if not keep:
         raise CatalogError("none of the gold addresses is in the index's catalog")

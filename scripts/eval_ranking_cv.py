@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import inference, resolver as resolving, store
-from mgeo_index.evaluate import read_gold_queries
+from mgeo_index import inference, resolver as resolving
+from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads
 from mgeo_index.model.loading import load_cross
 from mgeo_index.text import normalize
@@ -47,11 +47,7 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
     for split in ("train", "calib", "dev"):
         qs, gs = read_gold_queries(pairs_file, split)
         queries, golds, splits = queries + qs, golds + gs, splits + [split] * len(qs)
-    catalog_id = store.catalog_id(res.engine, res.descriptor["catalog"])
-    normalized = [[normalize(g) for g in gs] for gs in golds]
-    flat = [g for gs in normalized for g in gs]
-    ids = dict(zip(flat, store.ids_by_normalized(res.engine, catalog_id, flat)))
-    gold_sets = [{ids[g] for g in gs} - {None} for gs in normalized]
+    gold_sets = gold_entry_ids(res, golds)
     keep = [i for i, found in enumerate(gold_sets) if found]
     queries, gold_sets, splits = [queries[i] for i in keep], [gold_sets[i] for i in keep], [splits[i] for i in keep]
     seen: dict = {}
