@@ -16,6 +16,7 @@ Without offsets the label is the most probable one.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model.manifest import quiet_transformers, ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
-from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, decide, load_group_head
+from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, check_group_head, decide, load_group_head
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 from mgeo_index.settings import LABELS
 
@@ -81,7 +82,19 @@ class CrossEncoder(torch.nn.Module):
         # head, calibrated alone) decides with at least min_probability is not given to the network
         self.gate: dict | None = None
         # a query's candidates judged together where a file lists them (mgeo_index.model.group_head)
-        self.group_head: GroupHead | None = None
+        self.group_head = None
+
+    @property
+    def group_head(self) -> GroupHead | None:
+        """The group head, read from its file on first use: parsing its boosters' trees takes seconds (3 s for 6 ×
+        300 trees of 63 leaves), and resolving, serving and pair-by-pair scoring never need it."""
+        if self._group_head_loader is not None:
+            self._group_head, self._group_head_loader = self._group_head_loader(), None
+        return self._group_head
+
+    @group_head.setter
+    def group_head(self, head: GroupHead | None) -> None:
+        self._group_head, self._group_head_loader = head, None
 
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
@@ -220,7 +233,8 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
     if stacked and group_head and manifest.get("group_head") and cross.feature_head is not None:  # stacks the feature head's logits
         from mgeo_index.features import FEATURE_NAMES
 
-        cross.group_head = load_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))
+        check_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))  # refused now, read when first used
+        cross._group_head_loader = partial(load_group_head, path, manifest["group_head"], labels, len(FEATURE_NAMES))
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

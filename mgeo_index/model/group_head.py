@@ -37,11 +37,12 @@ from mgeo_index.model.tree_head import balanced_weights, lightgbm
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
 ROUNDS = 300
-# boosters averaged: one seed's trees move 5-fold round-2 macro-F1 by about ±0.005 (0.711 / 0.719 for two seeds)
-SEEDS = 3
+# boosters averaged: three boosters' trees moved 5-fold round-2 macro-F1 by about ±0.005–0.01 between seed sets
+# (0.717 / 0.723 for seeds 0-2 / 3-5, 0.736 / 0.717 with the leaves below): six cut it by about √2 (session 16)
+SEEDS = 6
 _NEXT_BOOSTER = "\n# mgeo-index: next booster\n"
 PARAMS = {
-    "objective": "multiclass", "num_class": 3, "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 40,
+    "objective": "multiclass", "num_class": 3, "learning_rate": 0.05, "num_leaves": 63, "min_data_in_leaf": 10,
     "feature_fraction": 0.5, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1,
     "deterministic": True,
 }
@@ -141,9 +142,9 @@ class GroupHead:
         (Path(directory) / GROUP_HEAD).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
 
 
-def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> GroupHead:
-    """The group head of a model folder from its manifest ``entry``; refused (ModelError, naming the refit) when it
-    was fitted for other labels or features than this version's."""
+def check_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> None:
+    """Refuse (ModelError, naming the refit) a group head of an earlier kind, without its file, or fitted for other
+    labels or features than this version's."""
     from mgeo_index.model.manifest import ModelError
 
     refit = f"refit it: python scripts/recalibrate.py --model {directory} --decision-only"
@@ -154,6 +155,11 @@ def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n
     if entry["inputs"] != 4 * n_features + 4:
         raise ModelError(f"{directory}: its group head reads {entry['inputs']} inputs, this version computes "
                          f"{4 * n_features + 4}; {refit}")
+
+
+def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> GroupHead:
+    """The group head of a model folder from its manifest ``entry`` (:func:`check_group_head` first)."""
+    check_group_head(directory, entry, labels, n_features)
     texts = gzip.decompress((Path(directory) / GROUP_HEAD).read_bytes()).decode("utf-8").split(_NEXT_BOOSTER)
     boosters = [lightgbm().Booster(model_str=text) for text in texts]
     stats = {k: v for k, v in entry.items()
