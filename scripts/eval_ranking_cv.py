@@ -30,6 +30,7 @@ import torch
 from mgeo_index import inference, resolver as resolving
 from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads
+from mgeo_index.model.group_head import stacked_probabilities
 from mgeo_index.model.loading import load_cross
 from mgeo_index.text import normalize
 from mgeo_index.text.parser import parser_version
@@ -80,11 +81,6 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
             "texts": queries, "splits": np.array(splits)}
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index-dir", type=Path, required=True, help="an index of the CCKS catalog built with this parser")
@@ -118,9 +114,10 @@ def main() -> None:
     cross.feature_head = cross.stack = None
     stack = fit_stack(pair_logits(cross, calib), calib_head, np.array([g for *_, g in calib]))
     exact = cross.labels.index("exact_match")
-    beta, bias = np.asarray(stack["beta"]), np.asarray(stack["bias"])
-    prior = softmax(beta * head_logits + bias)[:, exact] + resolving.RETRIEVAL_WEIGHT * pools["fused"]
-    key = softmax(stack["alpha"] * pools["net"] + beta * head_logits + bias)[:, exact] + resolving.RETRIEVAL_WEIGHT * pools["fused"]
+    alpha, beta, bias = stack["alpha"], stack["beta"], stack["bias"]
+    prior = stacked_probabilities([beta], bias, [head_logits])[:, exact] + resolving.RETRIEVAL_WEIGHT * pools["fused"]
+    key = (stacked_probabilities([alpha, beta], bias, [pools["net"], head_logits])[:, exact]
+           + resolving.RETRIEVAL_WEIGHT * pools["fused"])
     report = {"parser": parser_version(), "seeds": args.seeds, "stack": {k: stack[k] for k in ("alpha", "beta", "bias")}}
     first = {}
     for k in range(len(pools["texts"])):
