@@ -124,17 +124,27 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says. Both candidates give results that do
-# not depend on what else is in a batch, like FP32's (a probability moves by < 1e-6 with its batch-mates and
-# --top-k), and the CCKS dev macro-F1 of FP32 (`mgeo-index bench --backends torch,bf16,int8`, README):
+# The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says, by what the CPU has. Every candidate
+# gives results that do not depend on what else is in a batch (a probability moves by < 1e-6 with its batch-mates
+# and --top-k), and the CCKS dev macro-F1 of FP32 (`mgeo-index bench --backends torch,bf16,int8`, README):
 # - `bf16` (bfloat16 Linear layers in fixed tiles, mgeo_index.quant) where the CPU has AMX: 1.6x int8 by rows
 #   and 2x FP32 on both towers on an AMX machine (AMX's bf16 GEMM is 3x its int8 one through torch._int_mm);
-# - `int8` by rows (per-channel weights, per-token activation scales, exact int32 sums) elsewhere: 2.0x FP32 on
-#   an AVX512-VNNI machine, where bf16 (AVX512-BF16 without AMX) was 1.7x.
-# `torch` (FP32) is the reference. (torch.ao's dynamic int8, the default until 2026-11, scaled activations per
-# batch and moved probabilities by ~1e-3; FP32 replaced it on 2026-12-01, int8 by rows it the same day, bf16 on
-# AMX CPUs on 2026-12-02.)
-DEFAULT_CPU_BACKEND = "bf16" if "amx_bf16" in cpu_flags() else "int8"
+# - `int8` by rows (per-channel weights, per-token activation scales, exact int32 sums) where it has VNNI: 2.0x
+#   FP32 on an AVX512-VNNI machine, where bf16 (AVX512-BF16 without AMX) was 1.7x;
+# - `torch` (FP32, the reference) elsewhere: on an AVX2-only CPU (AMD EPYC, 2026-12-03) torch._int_mm has no fast
+#   kernel and bf16 is emulated, so int8 ran at 0.03x FP32 and bf16 at 0.13x (encode 12 and 54 against 446
+#   addresses/s, one thread).
+# (torch.ao's dynamic int8, the default until 2026-11, scaled activations per batch and moved probabilities by
+# ~1e-3; FP32 replaced it on 2026-12-01, int8 by rows it the same day, bf16 on AMX CPUs on 2026-12-02, FP32 again
+# on CPUs without VNNI on 2026-12-03.)
+def default_cpu_backend(flags: frozenset[str]) -> str:
+    """``bf16`` with AMX, ``int8`` with VNNI (AVX512 or AVX), else ``torch`` (see above)."""
+    if "amx_bf16" in flags:
+        return "bf16"
+    return "int8" if flags & {"avx512_vnni", "avx_vnni"} else "torch"
+
+
+DEFAULT_CPU_BACKEND = default_cpu_backend(cpu_flags())
 # Every inference backend (mgeo_index.backends implements them); here so that naming them imports no torch.
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 

@@ -19,7 +19,7 @@ CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-en
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … \\[env MGEO_INDEX_DEVICE; default: cuda when available].")]
 Backend = Annotated[str | None, typer.Option("--backend", help=(
     f"CPU inference backend: {', '.join(settings.BACKENDS[:-1])} or {settings.BACKENDS[-1]} "
-    f"\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, else int8 (here {settings.DEFAULT_CPU_BACKEND}), "
+    f"\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, int8 with VNNI, else torch (here {settings.DEFAULT_CPU_BACKEND}), "
     "torch on CUDA]."))]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
