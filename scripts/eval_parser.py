@@ -65,19 +65,25 @@ fresh = [rate(rows := next(slices)) for _ in range(3)]
 report["parse_addresses_per_cpu_s"] = {
     "fresh": {"median": sorted(fresh)[1], "runs": fresh}, "repeated": rate(rows), "rows": args.speed_rows,
 }
-if args.collector_ab:  # gc.freeze (what the loaders did) against none, alternating in this process
-    ab: dict[str, list[int]] = {"frozen": [], "unfrozen": []}
+
+
+def alternate(setups: dict) -> dict:
+    """Parsing speed under two settings, alternating over 6 fresh slices in this process (``setups``: name →
+    a callable that puts its setting in place and returns the tagger to time)."""
+    names = list(setups)
+    runs: dict[str, list[int]] = {name: [] for name in names}
     for k in range(6):
-        (gc.freeze if k % 2 == 0 else gc.unfreeze)()
-        ab["frozen" if k % 2 == 0 else "unfrozen"].append(rate(next(slices)))
+        runs[names[k % 2]].append(rate(next(slices), setups[names[k % 2]]()))
+    return {**runs, "ratio_of_medians": round(median(runs[names[0]]) / median(runs[names[1]]), 3)}
+
+
+if args.collector_ab:  # gc.freeze (what the loaders did) against none
+    report["collector_ab"] = alternate({"frozen": lambda: (gc.freeze(), tagger)[1],
+                                        "unfrozen": lambda: (gc.unfreeze(), tagger)[1]})
     gc.freeze()
-    report["collector_ab"] = {**ab, "ratio_of_medians": round(median(ab["frozen"]) / median(ab["unfrozen"]), 3)}
-if args.against:  # the two taggers alternating over fresh slices, the same gazetteer
+if args.against:  # the two taggers, the same gazetteer
     other = load_tagger(args.against)
     parse(pool[:512], tagger=other, gazetteer=gazetteer)
-    ab = {"this": [], "against": []}
-    for k in range(6):
-        ab["this" if k % 2 == 0 else "against"].append(rate(next(slices), tagger if k % 2 == 0 else other))
-    report["against"] = {**ab, "tagger": str(args.against), "ratio_of_medians": round(median(ab["this"]) / median(ab["against"]), 3)}
+    report["against"] = {**alternate({"this": lambda: tagger, "against": lambda: other}), "tagger": str(args.against)}
 report["load_average"] = os.getloadavg()  # other work on the machine slows the speed figure
 print(json.dumps(report, ensure_ascii=False, indent=1))

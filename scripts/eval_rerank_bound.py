@@ -17,16 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from mgeo_index import AddressIndex, inference
 from mgeo_index.model import group_head
 from mgeo_index.splits import split_of
 from mgeo_index.training import data
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
 
 
 def main() -> None:
@@ -61,7 +57,7 @@ def main() -> None:
     gate_probs, gated = cross.gate_probabilities(x)
     exact = cross.labels.index("exact_match")
     others = [i for i in range(len(cross.labels)) if i != exact]
-    truth = np.where(gated, gate_probs[:, exact], softmax(alpha * network + head)[:, exact])
+    truth = np.where(gated, gate_probs[:, exact], softmax(alpha * network + head, axis=1)[:, exact])
     print(f"{len(pools)} queries, {len(firsts)} pairs given to the scorer, {gated.mean():.1%} decided by the gate, "
           f"network weight {alpha:.3f}")
     for widen in (0.0, 1.0):
@@ -72,8 +68,8 @@ def main() -> None:
         for o in others:
             up[:, o] += alpha * lo[o]
             down[:, o] += alpha * hi[o]
-        upper = np.where(gated, gate_probs[:, exact], softmax(up)[:, exact])
-        lower = np.where(gated, gate_probs[:, exact], softmax(down)[:, exact])
+        upper = np.where(gated, gate_probs[:, exact], softmax(up, axis=1)[:, exact])
+        lower = np.where(gated, gate_probs[:, exact], softmax(down, axis=1)[:, exact])
         for k in (1, 3):
             needed = 0
             for rows in pools:
