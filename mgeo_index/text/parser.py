@@ -69,14 +69,17 @@ def admin_mentions(
     南区, 沙坡头区 tagged 坡头区); a span the extension swallows is dropped."""
     found = [(s, e, ADMIN_LEVELS[label]) for label, s, e in spans if label in ADMIN_LEVELS]
     if gazetteer is not None:
+        extended = False
         for i, (s, e, level) in enumerate(found):
             for k in (1, 2):
                 if s - k >= 0 and gazetteer.is_official(text[s - k : e], level):
                     found[i] = (s - k, e, level)
+                    extended = True
                     break
-        found = [m for m in found if not any(
-            o is not m and o[0] <= m[0] and m[1] <= o[1] and o[1] - o[0] > m[1] - m[0] for o in found
-        )]
+        if extended:  # the tagger's spans never overlap: only an extended one can swallow another
+            found = [m for m in found if not any(
+                o is not m and o[0] <= m[0] and m[1] <= o[1] and o[1] - o[0] > m[1] - m[0] for o in found
+            )]
     return [(text[s:e], level) for s, e, level in found]
 
 
