@@ -216,8 +216,9 @@ def test_resume_refused_over_another_model_or_parameters(index_dir, job_input, t
     with pytest.raises(JobError, match=r"min_probability 0\.5 → 0\.9"):
         normalize_file(path, out, index_dir, min_probability=0.9, **args)
     other = "int8" if settings.DEFAULT_CPU_BACKEND == "torch" else "torch"
-    with pytest.raises(JobError, match=f"backend '{settings.DEFAULT_CPU_BACKEND}' → '{other}'"):  # no mixed outputs
+    with pytest.raises(JobError, match=f"backend '{settings.DEFAULT_CPU_BACKEND}' → '{other}'") as refused:  # no mixed outputs
         normalize_file(path, out, index_dir, backend=other, **args)
+    assert f"give its backend: --backend {settings.DEFAULT_CPU_BACKEND}" in str(refused.value)  # e.g. another machine's default
 
     changed = tmp_path / "changed.csv"
     changed.write_text("address\n北京市海淀区东风路127号\n", encoding="utf-8")

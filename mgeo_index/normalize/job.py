@@ -171,6 +171,8 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
                if old.get(k) != params.get(k) and (k in old or k != "backend")]  # jobs from before it was recorded
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
+    if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
+        problems.append(f"to resume it, give its backend: --backend {old['backend']}")
     was = (job["build_id"], job["index_file"], job["model_fingerprint"], job["cross_model_fingerprint"])
     now = (ident["build_id"], ident["index_file"], ident["model_fingerprint"], ident["cross_model_fingerprint"])
     if was != now:
