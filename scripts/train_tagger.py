@@ -19,9 +19,14 @@ parser.add_argument("--files", default=None,
                     help="comma-separated tagged files to train on (default: all; the test split is always all files')")
 parser.add_argument("--unmask-digits", action="store_true",
                     help="train on the track-2 file's masked digits drawn again (evaluation always draws them)")
-parser.add_argument("--hidden", type=int, default=128, help="the BiLSTM's width each way (shipped: 128)")
+parser.add_argument("--hidden", type=int, default=128, help="the BiLSTM's width each way (shipped: see tagger.json)")
+parser.add_argument("--dim", type=int, default=128, help="the character embedding's and convolution's width")
+parser.add_argument("--teacher", type=Path, default=None,
+                    help="a tagger directory: its tag paths over untagged addresses join the training examples")
+parser.add_argument("--teacher-rows", type=int, default=60000, help="how many untagged addresses the teacher tags")
 args = parser.parse_args()
 files = tuple(args.files.split(",")) if args.files else None
 metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files,
-                       unmask=args.unmask_digits, hidden=args.hidden)
+                       unmask=args.unmask_digits, hidden=args.hidden, dim=args.dim,
+                       teacher=args.teacher, teacher_rows=args.teacher_rows)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))

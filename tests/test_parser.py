@@ -11,7 +11,7 @@ import torch
 from mgeo_index import settings
 from mgeo_index.text import normalize
 from mgeo_index.text.gazetteer import default_gazetteer
-from mgeo_index.text.parser import parse
+from mgeo_index.text.parser import parse, tag_batched
 from mgeo_index.text.tagger import (
     Tagger, TaggerConfig, load_tagger, spans_from_tags, tags_from_spans,
 )
@@ -300,6 +300,48 @@ def test_train_tagger_learns_a_small_fixture(tmp_path):
     assert metrics["test_f1"] > 0.9
     model = load_tagger(tmp_path / "model")
     assert model.tag(["北京市朝阳区人民路12号"]) == [[("prov", 0, 3), ("district", 3, 6), ("road", 6, 9), ("roadno", 9, 12)]]
+
+
+def _write_untagged_sources(root: Path, unlabeled: list[str], ccks: list[tuple[str, str, str]]) -> None:
+    """An unlabelled-address file and the two CCKS pair files ((query_id, query, candidate) rows)."""
+    (root / "catalog").mkdir(exist_ok=True)
+    (root / "pairs").mkdir(exist_ok=True)
+    with gzip.open(root / "catalog" / "unlabeled_addresses_ccks2021_track2.txt.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(t + "\n" for t in unlabeled)
+    for name in ("ccks2021_train.tsv.gz", "ccks2021_round1_extra.tsv.gz"):
+        with gzip.open(root / "pairs" / name, "wt", encoding="utf-8") as fh:
+            fh.write("query_id\tquery\tcandidate\tlabel\n")
+            fh.writelines(f"{q}\t{a}\t{b}\tpartial_match\n" for q, a, b in ccks if name.startswith("ccks2021_train"))
+
+
+def test_untagged_texts_for_a_teacher_leave_out_held_texts_and_other_splits(tmp_path):
+    from mgeo_index.splits import split_of
+    from mgeo_index.training.tagger import untagged_texts
+
+    train_q = next(f"q{i}" for i in itertools.count() if split_of(f"q{i}") == "train")
+    dev_q = next(f"q{i}" for i in itertools.count() if split_of(f"q{i}") == "dev")
+    _write_untagged_sources(tmp_path, ["朝阳区惠新东街00号", "朝阳区惠新东街00号", "杭州市西湖区文三路", "ＡＢＣ路１号"],
+                            [(train_q, "北京朝阳建国路88号", "建国路88号院"), (dev_q, "上海浦东张江路1号", "张江路一号")])
+    texts = untagged_texts(tmp_path, exclude={"杭州市西湖区文三路"}, limit=100)
+    assert "杭州市西湖区文三路" not in texts  # a tagged dev / test text is never taught
+    assert {"北京朝阳建国路88号", "建国路88号院", normalize("ＡＢＣ路１号")} <= set(texts)
+    assert not {"上海浦东张江路1号", "张江路一号"} & set(texts)  # only train-split queries' pairs
+    redrawn = [t for t in texts if t.startswith("朝阳区惠新东街")]
+    assert len(redrawn) == 1 and redrawn[0] != "朝阳区惠新东街00号"  # deduplicated, masked digits drawn again
+    assert texts == untagged_texts(tmp_path, exclude={"杭州市西湖区文三路"}, limit=100)  # the same draw each time
+    assert len(untagged_texts(tmp_path, exclude=set(), limit=2)) == 2
+
+
+def test_teacher_examples_are_the_teachers_own_paths():
+    from mgeo_index.training.tagger import teacher_examples
+
+    torch.manual_seed(0)
+    teacher = Tagger(TaggerConfig(chars=list("北京市朝阳区建国路号0123456789"), labels=["district", "road", "roadno"])).eval()
+    texts = ["北京市朝阳区建国路88号", "建国路1号", "收件人朝阳区"]
+    examples = teacher_examples(teacher, texts)
+    assert [t for t, _ in examples] == texts
+    assert [spans for _, spans in examples] == tag_batched(teacher, texts)
+    assert examples[1][1] == teacher.tag(["建国路1号"])[0]
 
 
 def test_masked_digits_are_drawn_again_consistently():

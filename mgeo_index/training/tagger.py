@@ -17,9 +17,10 @@ import torch
 
 from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.normalize import normalize
-from mgeo_index.text.parser import admin_mentions
-from mgeo_index.text.tagger import Tagger, TaggerConfig, tags_from_spans
-from mgeo_index.training.data import tagged_addresses
+from mgeo_index.splits import split_of
+from mgeo_index.text.parser import admin_mentions, tag_batched
+from mgeo_index.text.tagger import Tagger, TaggerConfig, load_tagger, tags_from_spans
+from mgeo_index.training.data import ccks_extra_pairs, ccks_pairs, tagged_addresses, unlabeled_addresses
 
 Example = tuple[str, list[tuple[str, int, int]]]  # (text, [(label, start, end)])
 
@@ -49,12 +50,16 @@ def to_example(row: dict) -> Example | None:
 MASKED_DIGIT_FILES = ("tagged_addresses_ccks2021_track2.jsonl.gz",)
 
 
+def redraw_zeros(text: str, rng: random.Random) -> str:
+    """``text`` with each 0 replaced by a random digit (the masked files' digits drawn again)."""
+    return "".join(str(rng.randrange(10)) if c == "0" else c for c in text)
+
+
 def unmask_digits(row: dict) -> dict:
     """``row`` with each 0 of its text and element spans replaced by a random digit (consistently: the
     elements still spell the text), seeded by the text."""
     rng = random.Random(hashlib.md5(row["text"].encode()).hexdigest())
-    elements = [[label, "".join(str(rng.randrange(10)) if c == "0" else c for c in span)]
-                for label, span in row.get("elements") or []]
+    elements = [[label, redraw_zeros(span, rng)] for label, span in row.get("elements") or []]
     return row | {"elements": elements, "text": "".join(span for _, span in elements)
                   if "".join(span for _, span in row.get("elements") or []) == row["text"] else row["text"]}
 
@@ -74,6 +79,24 @@ def load_examples(data_dir: Path, files: tuple[str, ...] | None = None, *, unmas
             seen.add(example[0])
             out[split_of_text(original[0])].append(example)
     return out
+
+
+def untagged_texts(data_dir: Path, exclude: set[str], limit: int, seed: int = 0) -> list[str]:
+    """Up to ``limit`` normalized address texts without tags, for a teacher to label: the track-2 unlabelled
+    inputs (their masked digits drawn again, as the tagged file's are) and both texts of the train-split CCKS
+    pairs (the messy queries the matcher parses), deduplicated, minus ``exclude`` (the tagged dev and test
+    texts), shuffled with ``seed``."""
+    texts = [redraw_zeros(t, random.Random(hashlib.md5(t.encode()).hexdigest())) for t in unlabeled_addresses(data_dir)]
+    texts += [text for pair in ccks_pairs(data_dir) + ccks_extra_pairs(data_dir) if split_of(pair.group) == "train"
+              for text in (pair.a, pair.b)]
+    texts = [t for t in dict.fromkeys(normalize(t) for t in texts) if t and t not in exclude]
+    random.Random(seed).shuffle(texts)
+    return texts[:limit]
+
+
+def teacher_examples(teacher: Tagger, texts: list[str]) -> list[Example]:
+    """``texts`` with the teacher's tag paths as their spans (self-training: the student learns them as gold)."""
+    return list(zip(texts, tag_batched(teacher, texts)))
 
 
 def entity_scores(gold: list[list[tuple]], pred: list[list[tuple]], ignore: tuple[str, ...] = ("redundant",)) -> dict:
@@ -122,18 +145,29 @@ def _batches(examples: list[Example], size: int, rng: random.Random):
 
 
 def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: int = 0, log=print,
-                 files: tuple[str, ...] | None = None, unmask: bool = False, hidden: int = 128) -> dict:
+                 files: tuple[str, ...] | None = None, unmask: bool = False, hidden: int = 128, dim: int = 128,
+                 teacher: Path | None = None, teacher_rows: int = 60000) -> dict:
     """Train within a wall-clock budget, keep the best dev epoch, save to out_dir, report test scores
     (``files``: train on these tagged files only; ``unmask``: train on the masked files' digits drawn again;
-    the test split is always all files', digits drawn again; ``hidden``: the LSTM's width each way)."""
+    the test split is always all files', digits drawn again; ``hidden``: the LSTM's width each way; ``dim``:
+    the character embedding's and convolution's width; ``teacher``: a tagger directory whose tag paths over
+    ``teacher_rows`` untagged addresses (:func:`untagged_texts`) join the training examples)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     data = load_examples(data_dir, files, unmask=unmask)
     everything = load_examples(data_dir)
+    taught = 0
+    if teacher is not None:
+        held = {text for split in ("dev", "test") for text, _ in everything[split]}
+        started = time.time()
+        pseudo = teacher_examples(load_tagger(teacher), untagged_texts(data_dir, held, teacher_rows, seed))
+        taught = len(pseudo)
+        data["train"] = data["train"] + pseudo
+        log(f"teacher {teacher}: {taught} untagged addresses tagged in {time.time() - started:.0f}s")
     counts = Counter(c for text, _ in data["train"] for c in text)
     chars = [c for c, n in counts.most_common() if n >= 2]
     labels = sorted({s[0] for _, spans in data["train"] for s in spans})
-    cfg = TaggerConfig(chars=chars, labels=labels, hidden=hidden)
+    cfg = TaggerConfig(chars=chars, labels=labels, hidden=hidden, dim=dim)
     model = Tagger(cfg)
     tag_id = {t: i for i, t in enumerate(cfg.tags)}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
@@ -169,6 +203,8 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
         "split": "md5(normalized text) % 10: 0 test, 1 dev, else train",
         "examples": {k: len(v) for k, v in data.items()} | {"test": len(everything["test"])},
         "files": list(files) if files is not None else "all tagged files", "unmasked_digits": unmask,
+        **({"teacher": {"test_f1": load_tagger(teacher).cfg.metrics.get("test_f1"), "addresses": taught}}
+           if teacher is not None else {}),
         "epochs": epoch, "steps": step, "minutes": round((time.time() - start) / 60, 1),
         "dev_f1": round(best, 4),
         "test_f1": round(test["without_redundant"]["f1"], 4),
