@@ -1,7 +1,6 @@
 """CPU backends give the plain-torch results (within their precision), in input order, from one setting."""
 import gzip
 import json
-
 import time
 
 import numpy as np

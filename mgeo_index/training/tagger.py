@@ -50,6 +50,11 @@ def to_example(row: dict) -> Example | None:
 MASKED_DIGIT_FILES = ("tagged_addresses_ccks2021_track2.jsonl.gz",)
 
 
+def text_rng(text: str) -> random.Random:
+    """A random generator seeded by ``text`` (the same draws for the same text, in every run)."""
+    return random.Random(hashlib.md5(text.encode()).hexdigest())
+
+
 def redraw_zeros(text: str, rng: random.Random) -> str:
     """``text`` with each 0 replaced by a random digit (the masked files' digits drawn again)."""
     return "".join(str(rng.randrange(10)) if c == "0" else c for c in text)
@@ -58,7 +63,7 @@ def redraw_zeros(text: str, rng: random.Random) -> str:
 def unmask_digits(row: dict) -> dict:
     """``row`` with each 0 of its text and element spans replaced by a random digit (consistently: the
     elements still spell the text), seeded by the text."""
-    rng = random.Random(hashlib.md5(row["text"].encode()).hexdigest())
+    rng = text_rng(row["text"])
     elements = [[label, redraw_zeros(span, rng)] for label, span in row.get("elements") or []]
     return row | {"elements": elements, "text": "".join(span for _, span in elements)
                   if "".join(span for _, span in row.get("elements") or []) == row["text"] else row["text"]}
@@ -86,7 +91,7 @@ def untagged_texts(data_dir: Path, exclude: set[str], limit: int, seed: int = 0)
     inputs (their masked digits drawn again, as the tagged file's are) and both texts of the train-split CCKS
     pairs (the messy queries the matcher parses), deduplicated, minus ``exclude`` (the tagged dev and test
     texts), shuffled with ``seed``."""
-    texts = [redraw_zeros(t, random.Random(hashlib.md5(t.encode()).hexdigest())) for t in unlabeled_addresses(data_dir)]
+    texts = [redraw_zeros(t, text_rng(t)) for t in unlabeled_addresses(data_dir)]
     texts += [text for pair in ccks_pairs(data_dir) + ccks_extra_pairs(data_dir) if split_of(pair.group) == "train"
               for text in (pair.a, pair.b)]
     texts = [t for t in dict.fromkeys(normalize(t) for t in texts) if t and t not in exclude]
@@ -156,14 +161,15 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     rng = random.Random(seed)
     data = load_examples(data_dir, files, unmask=unmask)
     everything = load_examples(data_dir)
-    taught = 0
+    taught = None
     if teacher is not None:
         held = {text for split in ("dev", "test") for text, _ in everything[split]}
         started = time.time()
-        pseudo = teacher_examples(load_tagger(teacher), untagged_texts(data_dir, held, teacher_rows, seed))
-        taught = len(pseudo)
+        teacher_model = load_tagger(teacher)
+        pseudo = teacher_examples(teacher_model, untagged_texts(data_dir, held, teacher_rows, seed))
         data["train"] = data["train"] + pseudo
-        log(f"teacher {teacher}: {taught} untagged addresses tagged in {time.time() - started:.0f}s")
+        taught = {"test_f1": teacher_model.cfg.metrics.get("test_f1"), "addresses": len(pseudo)}
+        log(f"teacher {teacher}: {len(pseudo)} untagged addresses tagged in {time.time() - started:.0f}s")
     counts = Counter(c for text, _ in data["train"] for c in text)
     chars = [c for c, n in counts.most_common() if n >= 2]
     labels = sorted({s[0] for _, spans in data["train"] for s in spans})
@@ -203,8 +209,7 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
         "split": "md5(normalized text) % 10: 0 test, 1 dev, else train",
         "examples": {k: len(v) for k, v in data.items()} | {"test": len(everything["test"])},
         "files": list(files) if files is not None else "all tagged files", "unmasked_digits": unmask,
-        **({"teacher": {"test_f1": load_tagger(teacher).cfg.metrics.get("test_f1"), "addresses": taught}}
-           if teacher is not None else {}),
+        **({"teacher": taught} if taught is not None else {}),
         "epochs": epoch, "steps": step, "minutes": round((time.time() - start) / 60, 1),
         "dev_f1": round(best, 4),
         "test_f1": round(test["without_redundant"]["f1"], 4),
