@@ -16,8 +16,8 @@ from outside) and the rest; ``bounds`` gives the normalize ratios this checkout 
 no time at all (the release's time per row over this checkout's time outside the networks): what arithmetic
 savings alone can and cannot buy.
 
-Rounds alternate between the versions; the best of ``--rounds`` is kept per measure. The code under
-test is chosen with PYTHONPATH, so both run with this virtual environment's packages.
+Rounds alternate between the versions; the best of ``--rounds`` is kept per measure. Both versions run
+with this virtual environment's packages; each child runs only its own code (see ``CHECK``).
 """
 from __future__ import annotations
 
