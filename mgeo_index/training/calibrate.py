@@ -200,7 +200,7 @@ def fit_gate(cross: CrossEncoder, stack: dict, features_only: dict, network_logi
     gated = np.where(skipped, alone_labels, full_labels)
     gold_labels = np.array([cross.labels.index(LABELS[g]) for g in gold])
     cross.gate = {"beta": features_only["beta"], "bias": features_only["bias"], "min_probability": threshold,
-                  "labels": list(labels)}
+                  "labels": list(labels), "max_exact": GATE_MAX_EXACT}
     return {"min_probability": threshold, "skipped_share": float(skipped.mean()),
             "label_agreement": float(np.mean(gated == full_labels)),
             "calib_macro_f1_stacked": classification_report(gold_labels, full_labels, cross.labels)["macro_f1"],
