@@ -304,10 +304,11 @@ class Gazetteer:
             if unit.lon is not None:
                 out["lon"], out["lat"] = unit.lon, unit.lat
         # former names read as a kept unit, unless the same mention also names it today
-        today = {(i, c.code) for i, c in used if c.kind != FORMER}
+        read_former = [(i, c) for i, c in used if c.kind == FORMER and c.code in kept]
+        today = {(i, c.code) for i, c in used if c.kind != FORMER} if read_former else set()
         formers: dict[int, tuple[str, int]] = {}
-        for i, c in used:
-            if c.kind == FORMER and c.code in kept and (i, c.code) not in today:
+        for i, c in read_former:
+            if (i, c.code) not in today:
                 if c.year >= formers.get(i, ("", -1))[1]:
                     formers[i] = (c.former, c.year)
         if formers:
