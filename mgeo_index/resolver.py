@@ -66,6 +66,7 @@ class Resolver:
         admin_filter: bool = False,
         rerank_depth: int | None = None,
         confirmed: bool = True,
+        parses: Sequence[dict] | None = None,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
@@ -77,9 +78,13 @@ class Resolver:
         when both are known (off by default: see README for what it does to recall). ``rerank_depth``:
         how many of the pool the cross-encoder's network scores, at least ``top_k`` [RERANK_DEPTH].
         ``confirmed``: put what reviewers decided for these query texts on top (:meth:`apply_confirmations`).
+        ``parses``: the queries' :func:`~mgeo_index.text.parser.parse` results, when the caller has them (a
+        normalize job parses each address once, for its admin columns and for this).
         """
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
+        if parses is not None and len(parses) != len(queries):
+            raise ValueError(f"{len(queries)} queries but {len(parses)} parses")
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
         normalized = [query_text(q) for q in queries]
@@ -103,7 +108,9 @@ class Resolver:
                 weights.append(CORE_WEIGHT)
         candidates = sparse_index.fuse(rankings, depth, weights)
         stacked = reranking and self.cross.feature_head is not None
-        query_parses = parse(normalized) if admin_filter or explain or stacked else None
+        query_parses = None
+        if admin_filter or explain or stacked:
+            query_parses = list(parses) if parses is not None else parse(normalized)
         if admin_filter:
             candidates = self._same_admin(query_parses, candidates)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))

@@ -202,6 +202,21 @@ def test_explain_uses_parsed_elements_and_inferred_admin_levels(built):
     assert rows["town"]["state"] == "only_b"  # 南山街道 is written only in the catalog entry
 
 
+def test_parses_handed_to_resolve_give_the_same_answers_and_are_not_parsed_again(built, monkeypatch):
+    from mgeo_index import resolver as resolving
+    from mgeo_index.text.parser import parse
+
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    queries = ["深圳南山中山路75号东方科技园9号楼", "南京市鼓楼区中山路75号"]
+    plain = resolver.resolve(queries, top_k=3, explain=True)
+    parses = parse([resolving.query_text(q) for q in queries])
+    monkeypatch.setattr(resolving, "parse", lambda texts: pytest.fail(f"parsed again: {texts}"))
+    assert resolver.resolve(queries, top_k=3, explain=True, parses=parses) == plain
+    with pytest.raises(ValueError, match="2 queries but 1 parses"):
+        resolver.resolve(queries, parses=parses[:1])
+
+
 def test_admin_filter_drops_candidates_in_another_city(built):
     index_dir, _ = built
     resolver = open_resolver(index_dir)

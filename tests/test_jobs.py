@@ -450,9 +450,11 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
     class Counting:
         def __init__(self):
             self.seen: list[str] = []
+            self.parsed: list[str] = []
 
-        def resolve(self, batch, top_k, rerank):
+        def resolve(self, batch, top_k, rerank, parses):
             self.seen += batch
+            self.parsed += [p["text"] for p in parses]  # the job's one parse of each address, handed over
             return [[{"id": len(q), "source_id": q, "address": q, "score": 0.9, "label": "exact_match",
                       "probability": 0.9, "probabilities": {"exact_match": 0.9, "partial_match": 0.05,
                                                             "not_match": 0.05}}] for q in batch]
@@ -461,5 +463,7 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
     first = resolve_outcomes(resolver, ["北京朝阳建国路88号", "北京朝阳建国路８８号", "上海徐汇1号"], Policy(), 2, memo)
     assert resolver.seen == ["北京朝阳建国路88号", "上海徐汇1号"]  # full-width digits normalize to the same key
     assert first[0] == first[1] and first[0] is not first[1]  # one answer, separate rows
+    assert resolver.parsed == resolver.seen
+    assert (first[0]["admin_province"], first[0]["admin_district"]) == ("北京市", "朝阳区")  # from that same parse
     later = resolve_outcomes(resolver, ["上海徐汇1号", "深圳南山2号"], Policy(), 2, memo)
     assert resolver.seen[2:] == ["深圳南山2号"] and later[0] == first[2]

@@ -10,18 +10,13 @@ from typing import TYPE_CHECKING
 
 from mgeo_index import settings
 from mgeo_index.normalize.parts import RESULT_PREFIX
-from mgeo_index.normalize.policy import ADMIN_COLUMNS, RESULT_COLUMNS, Policy, decide
+from mgeo_index.normalize.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
 from mgeo_index.text import has_content, normalize
 
 if TYPE_CHECKING:
     import pandas as pd
 
 PANDAS_HINT = "AddressIndex.normalize needs pandas: pip install 'mgeo-index[pandas]'"
-
-
-def _rejected(reason: str) -> dict:
-    return {"status": "rejected", "match_id": "", "match_address": "", "label": "", "probability": None,
-            "alternatives": "", "reason": reason}
 
 
 def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
@@ -39,24 +34,14 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k)
     texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
-    keys = [normalize(t)[: settings.MAX_QUERY_CHARS] for t in texts]
-    distinct = list(dict.fromkeys(k for k in keys if has_content(k)))
-    from mgeo_index.text.parser import parse
-
-    outcomes: dict[str, dict] = {}
-    for start in range(0, len(distinct), batch_size):
-        batch = distinct[start : start + batch_size]
-        resolved = resolver.resolve(batch, top_k=policy.top_k, rerank=True)
-        for key, matches, parsed in zip(batch, resolved, parse(batch)):
-            admin = {column: parsed["admin"][column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS}
-            outcomes[key] = decide(matches, policy) | admin
+    valid = [has_content(normalize(t)[: settings.MAX_QUERY_CHARS]) for t in texts]
+    found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size))
     rows = []
-    for text, key in zip(texts, keys):
-        if key in outcomes:
-            rows.append(outcomes[key])
+    for text, ok in zip(texts, valid):
+        if ok:
+            rows.append(next(found))
         else:
-            reason = "empty address" if not text.strip() else "address has no letters or digits left after normalization"
-            rows.append(_rejected(reason) | dict.fromkeys(ADMIN_COLUMNS, ""))
+            rows.append(rejected("empty address" if not text.strip() else "address has no letters or digits left after normalization"))
     prefix = RESULT_PREFIX if set(RESULT_COLUMNS) & set(map(str, frame.columns)) else ""
     result = pd.DataFrame(rows, index=frame.index, columns=list(RESULT_COLUMNS))
     return pd.concat([frame, result.add_prefix(prefix)], axis=1)

@@ -34,7 +34,6 @@ from mgeo_index import settings, store
 from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
 from mgeo_index.normalize.policy import (
-    ADMIN_COLUMNS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MARGIN,
@@ -44,6 +43,7 @@ from mgeo_index.normalize.policy import (
     STATUSES,
     JobError,
     Policy,
+    rejected,
 )
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
@@ -353,7 +353,6 @@ def _run(eng, job: dict, writer: PartWriter, chunks, engine: Engine, resolving: 
 
     for chunk, outcomes in engine.outcomes(pending(), resolving):
         results = _merge_results(chunk, outcomes)
-        _add_admin(chunk, results)
         counts = dict.fromkeys(STATUSES, 0)
         for r in results:
             counts[r["status"]] += 1
@@ -377,29 +376,10 @@ def _merge_results(chunk: Chunk, outcomes: list[dict]) -> list[dict]:
     valid = iter(outcomes)
     results = []
     for record in chunk.records:
-        if record.reason is None:
-            results.append(next(valid))
-        else:
-            results.append({"status": "rejected", "match_id": "", "match_address": "", "label": "",
-                            "probability": None, "alternatives": "", "reason": record.reason})
+        results.append(next(valid) if record.reason is None else rejected(record.reason))
     if next(valid, None) is not None:
         raise RuntimeError("more resolver results than valid rows")  # a bug, never expected
     return results
-
-
-def _add_admin(chunk: Chunk, results: list[dict]) -> None:
-    """Fill the admin columns from the parsed input addresses (one batched parse per chunk)."""
-    from mgeo_index.text.parser import parse
-
-    valid_rows = [i for i, r in enumerate(chunk.records) if r.reason is None]  # valid_addresses() order
-    for res in results:
-        res.update(dict.fromkeys(ADMIN_COLUMNS, ""))
-    addresses = chunk.valid_addresses()
-    distinct = list(dict.fromkeys(addresses))  # each distinct address parsed once
-    parsed = dict(zip(distinct, parse(distinct)))
-    for i, address in zip(valid_rows, addresses):
-        admin = parsed[address]["admin"]
-        results[i].update({column: admin[column.removeprefix("admin_")] or "" for column in ADMIN_COLUMNS})
 
 
 def list_jobs(index_dir: str | Path, db: str | None = None, limit: int | None = None) -> list[dict]:

@@ -46,6 +46,19 @@ def relevance(match: dict) -> float:
     return float(p.get("exact_match", 0.0)) + 0.5 * float(p.get("partial_match", 0.0))
 
 
+def admin_columns(parsed: dict | None) -> dict[str, str]:
+    """The ``admin_*`` columns of a row from its address's :func:`~mgeo_index.text.parser.parse` ("" where a
+    level is unknown; all "" for None: a rejected row)."""
+    admin = parsed["admin"] if parsed is not None else {}
+    return {column: admin.get(column.removeprefix("admin_")) or "" for column in ADMIN_COLUMNS}
+
+
+def rejected(reason: str) -> dict[str, Any]:
+    """The output fields of a row that failed validation."""
+    return {"status": "rejected", "match_id": "", "match_address": "", "label": "", "probability": None,
+            "alternatives": "", "reason": reason, **admin_columns(None)}
+
+
 def _public_id(match: dict) -> str:
     return str(match["source_id"]) if match.get("source_id") not in (None, "") else str(match["id"])
 
@@ -85,20 +98,23 @@ MEMO_LIMIT = 100_000
 
 def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_size: int = DEFAULT_BATCH_SIZE,
                      memo: dict[str, dict] | None = None) -> list[dict]:
-    """``decide`` for each address. Each distinct normalized address is resolved once, in micro-batches
-    of ``batch_size``, and its answer given to every row that has it; ``memo`` (kept by the engine for a
-    whole job) carries answers to later chunks. Results do not depend on what an address is batched with
-    (the default backend is batch-independent), so the same rows get the same answers either way."""
+    """``decide`` and the ``admin_*`` columns for each address. Each distinct normalized address is parsed and
+    resolved once, in micro-batches of ``batch_size`` (its one parse serves both), and its answer given to every
+    row that has it; ``memo`` (kept by the engine for a whole job) carries answers to later chunks. Results do
+    not depend on what an address is batched with (the default backend is batch-independent), so the same rows
+    get the same answers either way."""
     from mgeo_index.settings import MAX_QUERY_CHARS
     from mgeo_index.text import normalize
+    from mgeo_index.text.parser import parse
 
     memo = {} if memo is None else memo
     keys = [normalize(a)[:MAX_QUERY_CHARS] for a in addresses]
     todo = list(dict.fromkeys(k for k in keys if k not in memo))
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        for key, matches in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True)):
-            memo[key] = decide(matches, policy)
+        parses = parse(batch)
+        for key, matches, parsed in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True, parses=parses), parses):
+            memo[key] = decide(matches, policy) | admin_columns(parsed)
     out = [dict(memo[k]) for k in keys]
     if len(memo) > MEMO_LIMIT:  # forget the oldest answers (dicts keep insertion order)
         for key in list(memo)[: len(memo) - MEMO_LIMIT]:
