@@ -177,23 +177,29 @@ def create_app(config: ServeConfig) -> FastAPI:
         hits = sum(c is not None for c in cached)
         metrics.cache_hits.inc(hits)
         metrics.cache_misses.inc(len(keys) - hits)
+        hit = [i for i, c in enumerate(cached) if c is not None]
+        answers = list(cached)
+        if hit:
+            from mgeo_index.resolver import query_text
+
+            # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
+            # once (fresh results come with them from the batch, one store query for the whole batch)
+            confirmed = await asyncio.to_thread(
+                loaded.resolver.apply_confirmations, [query_text(queries[i]) for i in hit], [cached[i] for i in hit],
+                top_k=body.top_k, explain=body.explain, reranked=body.rerank and loaded.resolver.cross is not None)
+            for i, answer in zip(hit, confirmed):
+                answers[i] = answer
         missing = [i for i, c in enumerate(cached) if c is None]
         if missing:
             version, results = await _submit(state, Submission("resolve", params, [queries[i] for i in missing], lane), deadline)
             fresh = {}
-            for i, matches in zip(missing, results):
-                cached[i] = matches
+            for i, (matches, answer) in zip(missing, results):
+                answers[i] = answer
                 fresh[cache_key(version, normalized[i], params)] = matches
             if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
                 await state.cache.set_many(fresh)
-        from mgeo_index.resolver import query_text
-
-        # reviewers' decisions (mgeo-index review) on top: one store query, not cached, so a new label counts at once
-        cached = await asyncio.to_thread(loaded.resolver.apply_confirmations, [query_text(q) for q in queries], cached,
-                                         top_k=body.top_k,
-                                         explain=body.explain, reranked=body.rerank and loaded.resolver.cross is not None)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
-        objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, cached)]
+        objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, answers)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})
 
     @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")

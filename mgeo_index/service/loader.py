@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import generations, settings
-from mgeo_index.resolver import Resolver, open_resolver
+from mgeo_index.resolver import Resolver, open_resolver, query_text
 from mgeo_index.service.batcher import Submission
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
@@ -75,7 +75,9 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
 
 def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, list]]:
     """(version, per-item results) for each submission. Submissions with the same kind and parameters share one call:
-    one resolve (one encode, one search, one rerank) or one score_pairs for all their items."""
+    one resolve (one encode, one search, one rerank) or one score_pairs for all their items. A resolve item's result
+    is ``(matches, answer)``: the matches as computed (what the cache keeps) and the answer with reviewers'
+    decisions on top (:meth:`Resolver.apply_confirmations`: one store query for the whole batch)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, submission in enumerate(submissions):
         groups[(submission.kind, submission.params)].append(i)
@@ -84,9 +86,14 @@ def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, 
         items = [item for i in members for item in submissions[i].items]
         if kind == "resolve":
             top_k, rerank, explain, retrieval = params
-            # reviewers' confirmations are applied per request after the cache (app.py), so a new label shows at once
-            results = loaded.resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
-                                              confirmed=False)
+            # the cache keeps results without reviewers' decisions, which are applied again to every cached answer
+            # (app.py): a new label shows at once
+            resolver = loaded.resolver
+            results = resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
+                                       confirmed=False)
+            answers = resolver.apply_confirmations([query_text(q) for q in items], results, top_k=top_k, explain=explain,
+                                                   reranked=rerank and resolver.cross is not None)
+            results = list(zip(results, answers))
         elif kind == "match":
             (explain,) = params
             results = score_pairs(loaded.resolver, items, explain)
