@@ -54,7 +54,6 @@ def main() -> None:
         return probs, decided
 
     cross.gate_probabilities = counted
-    report = {}
     for split in args.splits:
         queries, golds = read_gold_queries(args.pairs, split)
         gold = gold_entry_ids(resolver, golds)
@@ -70,7 +69,6 @@ def main() -> None:
             row[f"cap {cap}"] = {"recall@1": round(float(np.mean([a in g for a, g in zip(gated, gold)])), 4),
                                  "rank_1_moved": sum(a != b for a, b in zip(full, gated)),
                                  "network_share": round(tally["network"] / max(tally["pairs"], 1), 3)}
-        report[split] = row
         print(json.dumps({split: row}, ensure_ascii=False), flush=True)
     cross.gate = gate
 
