@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--index-dir", type=Path, required=True, help="an index of the CCKS catalog built with this parser")
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--seeds", type=int, default=5, help="MLP heads averaged, as calibrate does (5)")
+    parser.add_argument("--retrieval-weights", type=float, nargs="+", default=[resolving.RETRIEVAL_WEIGHT],
+                        help="the share of the fused retrieval score in the prescreen and the ranking key, each "
+                             "measured (resolver.RETRIEVAL_WEIGHT by default)")
     args = parser.parse_args()
     pools = pools_of(args.index_dir, args.data / "pairs" / "ccks2021_train.tsv.gz")
     ccks = data.ccks_pairs(args.data)
@@ -115,25 +118,28 @@ def main() -> None:
     stack = fit_stack(pair_logits(cross, calib), calib_head, np.array([g for *_, g in calib]))
     exact = cross.labels.index("exact_match")
     alpha, beta, bias = stack["alpha"], stack["beta"], stack["bias"]
-    prior = stacked_probabilities([beta], bias, [head_logits])[:, exact] + resolving.RETRIEVAL_WEIGHT * pools["fused"]
-    key = (stacked_probabilities([alpha, beta], bias, [pools["net"], head_logits])[:, exact]
-           + resolving.RETRIEVAL_WEIGHT * pools["fused"])
     report = {"parser": parser_version(), "seeds": args.seeds, "stack": {k: stack[k] for k in ("alpha", "beta", "bias")}}
-    first = {}
-    for k in range(len(pools["texts"])):
-        rows = np.where(query == k)[0]
-        if len(rows) > resolving.RERANK_DEPTH:  # the prescreen: the feature-only prior keeps 10 for the network
-            rows = np.sort(rows[np.argsort(-prior[rows], kind="stable")[: resolving.RERANK_DEPTH]])
-        hits = np.where(pools["gold"][rows[np.argsort(-key[rows], kind="stable")]])[0]
-        first[k] = int(hits[0]) if len(hits) else None
-    for split in ("train", "calib", "dev", "all"):
-        ranks = [r for k, r in first.items() if split == "all" or splits[k] == split]
-        report[split] = {
-            "queries": len(ranks),
-            "recall@1": round(sum(r == 0 for r in ranks) / len(ranks), 4),
-            "recall@10": round(sum(r is not None for r in ranks) / len(ranks), 4),
-            "mrr@10": round(sum(1 / (r + 1) for r in ranks if r is not None) / len(ranks), 4),
-        }
+    exact_prior = stacked_probabilities([beta], bias, [head_logits])[:, exact]
+    exact_stacked = stacked_probabilities([alpha, beta], bias, [pools["net"], head_logits])[:, exact]
+    for weight in args.retrieval_weights:
+        prior = exact_prior + weight * pools["fused"]
+        key = exact_stacked + weight * pools["fused"]
+        first = {}
+        for k in range(len(pools["texts"])):
+            rows = np.where(query == k)[0]
+            if len(rows) > resolving.RERANK_DEPTH:  # the prescreen: the feature-only prior keeps 10 for the network
+                rows = np.sort(rows[np.argsort(-prior[rows], kind="stable")[: resolving.RERANK_DEPTH]])
+            hits = np.where(pools["gold"][rows[np.argsort(-key[rows], kind="stable")]])[0]
+            first[k] = int(hits[0]) if len(hits) else None
+        out = report if len(args.retrieval_weights) == 1 else report.setdefault(f"retrieval_weight {weight}", {})
+        for split in ("train", "calib", "dev", "all"):
+            ranks = [r for k, r in first.items() if split == "all" or splits[k] == split]
+            out[split] = {
+                "queries": len(ranks),
+                "recall@1": round(sum(r == 0 for r in ranks) / len(ranks), 4),
+                "recall@10": round(sum(r is not None for r in ranks) / len(ranks), 4),
+                "mrr@10": round(sum(1 / (r + 1) for r in ranks if r is not None) / len(ranks), 4),
+            }
     print(json.dumps(report))
 
 
