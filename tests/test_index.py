@@ -49,6 +49,19 @@ def test_flat_returns_entry_ids(flat: faiss.Index, data: tuple[np.ndarray, np.nd
     assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
 
 
+def test_a_batch_finds_what_each_query_finds_alone_on_either_scan(flat: faiss.Index) -> None:
+    """From BLAS_MIN_QUERIES queries a call FAISS scores through BLAS, below it query by query: the same ids in the
+    same order, scores within a few ulps."""
+    queries = _unit_vectors(40, seed=7)
+    scores, found = I.search(flat, queries, k=20)
+    assert faiss.cvar.distance_compute_blas_threshold == I.BLAS_MIN_QUERIES * DIM
+    for size in (1, I.BLAS_MIN_QUERIES - 1, I.BLAS_MIN_QUERIES):
+        for start in range(0, 40, size):
+            part_scores, part = I.search(flat, queries[start : start + size], k=20)
+            assert np.array_equal(part, found[start : start + size])
+            np.testing.assert_allclose(part_scores, scores[start : start + size], rtol=0, atol=1e-6)
+
+
 def test_make_index_wraps_in_idmap2_once() -> None:
     assert isinstance(I.make_index(DIM, "Flat"), faiss.IndexIDMap2)
     wrapped = I.make_index(DIM, "IDMap2,Flat")
