@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mgeo_index import settings
 from mgeo_index.normalize.parts import RESULT_PREFIX
 from mgeo_index.normalize.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
-from mgeo_index.text import has_content, normalize
+from mgeo_index.text import has_content
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +33,9 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k)
     texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
-    valid = [has_content(normalize(t)[: settings.MAX_QUERY_CHARS]) for t in texts]
+    from mgeo_index.resolver import query_text
+
+    valid = [has_content(query_text(t)) for t in texts]
     found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size))
     rows = []
     for text, ok in zip(texts, valid):
