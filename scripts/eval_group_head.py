@@ -8,17 +8,24 @@ probabilities with their temperature, bias and offsets refitted the same way (``
 head's stack and offsets saw these pairs, so only out-of-fold figures measure it
 (:func:`mgeo_index.training.group.cross_validate`).
 
+``--train-fractions`` draws the learning curve of the trees: for each share of the train split's queries (whole
+queries; a smaller share is inside a larger one) the trees are trained again as ``fit_group_head`` trains them,
+then cross-validated the same way; the network and the feature head stay the shipped ones (#14: what more
+labelled pairs would buy).
+
     OMP_NUM_THREADS=1 python scripts/eval_group_head.py --data ../shared/data [--model DIR]
+    OMP_NUM_THREADS=1 python scripts/eval_group_head.py --data ../shared/data --train-fractions 0.125 0.25 0.5 1
 """
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import DEFAULT_CROSS_MODEL
-from mgeo_index.training.group import cross_validate, group_head_pairs
+from mgeo_index.training.group import cross_validate, group_head_pairs, train_trees
 
 
 def main() -> None:
@@ -26,13 +33,25 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--model", type=Path, default=DEFAULT_CROSS_MODEL)
     parser.add_argument("--seeds", type=int, default=3, help="fold seeds")
+    parser.add_argument("--train-fractions", type=float, nargs="+", default=None,
+                        help="shares of the train split's queries to train the trees on again (the learning curve)")
     args = parser.parse_args()
     model = load_cross_encoder(args.model)
     if model.group_head is None:
         raise SystemExit(f"{args.model} has no group head: fit one with scripts/recalibrate.py --decision-only")
-    _, stack_pairs = group_head_pairs(args.data)
-    for name, report in cross_validate(model, stack_pairs, seeds=args.seeds).items():
-        print(name, json.dumps(report), flush=True)
+    group_pairs, stack_pairs = group_head_pairs(args.data)
+    if args.train_fractions is None:
+        for name, report in cross_validate(model, stack_pairs, seeds=args.seeds).items():
+            print(name, json.dumps(report), flush=True)
+        return
+    for fraction in args.train_fractions:
+        if not 0 < fraction <= 1:
+            raise SystemExit(f"--train-fractions: {fraction} is not a share in (0, 1]")
+        started = time.monotonic()
+        model.group_head.boosters, rows = train_trees(model, group_pairs, fraction=fraction)
+        report = cross_validate(model, stack_pairs, seeds=args.seeds)["group"]
+        print(json.dumps({"fraction": fraction, "train_pairs": len(rows), "queries": len({p.group for p in rows}),
+                          "minutes": round((time.monotonic() - started) / 60, 1), "group": report}), flush=True)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,19 @@ def _decision_rows(rows: list[data.Pair], sources: tuple[str, ...]) -> np.ndarra
     return chosen
 
 
+def train_trees(cross: CrossEncoder, group_pairs: list[data.Pair], *, seed: int = 0,
+                fraction: float = 1.0) -> tuple[list, list[data.Pair]]:
+    """(:data:`SEEDS` boosters, the pairs they learnt from): the group head's trees on the train split of
+    ``group_pairs``, rows weighted by :data:`SOURCE_WEIGHTS`. ``fraction`` < 1 keeps that share of the queries
+    (whole queries, chosen by a hash of their key, so a smaller share is inside a larger one): the learning curve
+    of ``scripts/eval_group_head.py --train-fractions``."""
+    pairs = group_pairs if fraction >= 1 else [
+        p for p in group_pairs if zlib.crc32(f"fraction:{p.group}".encode()) % 10_000 < fraction * 10_000]
+    rows, _, _, _, x, gold = _described(cross, pairs, ("train",))
+    weight = np.array([SOURCE_WEIGHTS.get(p.source, 1.0) for p in rows])
+    return [train_booster(x, gold, weight, seed=seed + k) for k in range(SEEDS)], rows
+
+
 def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pairs: list[data.Pair], *,
                    held_out: tuple[str, ...] = ("calib",), decision_sources: tuple[str, ...] = DECISION_SOURCES,
                    seed: int = 0) -> dict | None:
@@ -82,9 +95,8 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
     if cross.feature_head is None:
         cross.group_head = None
         return None
-    rows, _, _, _, x, gold = _described(cross, group_pairs, ("train",))
-    weight = np.array([SOURCE_WEIGHTS.get(p.source, 1.0) for p in rows])
-    head = GroupHead([train_booster(x, gold, weight, seed=seed + k) for k in range(SEEDS)], [], [], [], list(cross.labels))
+    boosters, rows = train_trees(cross, group_pairs, seed=seed)
+    head = GroupHead(boosters, [], [], [], list(cross.labels))
     stack_rows, a, b, features, x, gold = _described(cross, stack_pairs, held_out)
     columns = [head.tree_logits(x), *inference.component_logits(cross, a, b, features=features)]
     decision_rows = _decision_rows(stack_rows, decision_sources)
