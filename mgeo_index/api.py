@@ -54,10 +54,10 @@ def match_pairs(cross, pairs: Sequence[tuple[str, str]], *, device: str | None =
     """Score (a, b) address pairs with a loaded cross-encoder (as ``mgeo-index match`` and ``/v1/match``);
     ``grouped``: consecutive pairs sharing ``a`` are one query's candidates, labelled together (as ``match``
     does with a file)."""
-    from mgeo_index.match import score_sides, side
-    from mgeo_index.text import printable
+    from mgeo_index.match import score_sides
+    from mgeo_index.text import model_text, printable
 
-    a, b = [side(x) for x, _ in pairs], [side(y) for _, y in pairs]
+    a, b = [model_text(x) for x, _ in pairs], [model_text(y) for _, y in pairs]
     probs, decided, explained = score_sides(cross, a, b, device=device, explain=explain, grouped=grouped)
     labels = cross.labels
     out = []

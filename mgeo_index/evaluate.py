@@ -70,9 +70,10 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
     """The report of ``mgeo-index eval pairs``; ``grouped``: consecutive pairs sharing their first address are a
     query's candidates, labelled together by the model's group head (:mod:`mgeo_index.model.group_head`), as
     ``mgeo-index match`` does (the same :func:`mgeo_index.match.score_sides`); False: every pair alone."""
-    from mgeo_index.match import score_sides, side
+    from mgeo_index.match import score_sides
+    from mgeo_index.text import model_text
 
-    probs, decided, _ = score_sides(cross, [side(x) for x in a], [side(y) for y in b], device=device, grouped=grouped)
+    probs, decided, _ = score_sides(cross, [model_text(x) for x in a], [model_text(y) for y in b], device=device, grouped=grouped)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
     predicted = [LABELS.index(cross.labels[i]) for i in decided]
     probs = probs[:, order]

@@ -7,24 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import features, files, inference, settings
+from mgeo_index import features, files, inference
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import group_head
 from mgeo_index.model.cross_encoder import CrossEncoder
-from mgeo_index.text import has_content, normalize
+from mgeo_index.text import has_content, model_text
 
 PAIR_COLUMNS = ("a", "b")
-
-
-def side(text: str) -> str:
-    """One side of a pair as the cross-encoder sees it (normalized, cut to ``settings.MAX_QUERY_CHARS``)."""
-    return normalize(text)[: settings.MAX_QUERY_CHARS]
 
 
 def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False,
                 grouped: bool = False):
     """(probabilities, decided label indices, per pair :func:`features.explain_parsed` or None) for pairs
-    of :func:`side` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
+    of :func:`mgeo_index.text.model_text` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
     and for the explanations alike, so an explanation describes the text that was scored. ``grouped``: the
     consecutive pairs sharing their first side are a query's candidates, judged together by the model's group
     head (:mod:`mgeo_index.model.group_head`; without one, each pair alone)."""
@@ -133,7 +128,7 @@ def match_file(
             for row in reader:
                 line = _last_line = reader.line_num
                 result.rows += 1
-                row["_sides"] = tuple(side(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
+                row["_sides"] = tuple(model_text(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
                 empty = [c for c, text in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(text)]
                 extra = row.pop(None, None)  # fields beyond the header's
                 row["_ok"] = not empty and not extra

@@ -18,7 +18,7 @@ from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.settings import LABELS
-from mgeo_index.text import has_content, normalize
+from mgeo_index.text import has_content, model_text
 from mgeo_index.text.parser import parse, parser_version
 
 # Reranked order: P(exact_match) plus a share of the fused retrieval score (relative to the best
@@ -87,7 +87,7 @@ class Resolver:
             raise ValueError(f"{len(queries)} queries but {len(parses)} parses")
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
-        normalized = [query_text(q) for q in queries]
+        normalized = [model_text(q) for q in queries]
         vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
@@ -291,12 +291,6 @@ class Resolver:
             matches.sort(key=lambda m: (-m["_rank"], -(m["score"] or 0.0)))
             for m in matches:
                 m.pop("_rank")
-
-
-def query_text(query: str) -> str:
-    """A query as the resolver reads it (normalized, cut to ``settings.MAX_QUERY_CHARS``): the key reviewers'
-    decisions are stored under (``labels.query_normalized``)."""
-    return normalize(query)[: settings.MAX_QUERY_CHARS]
 
 
 def open_resolver(

@@ -6,6 +6,7 @@ import pytest
 from mgeo_index import build as build_mod, generations, index as faiss_index, settings, store
 from mgeo_index.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
+from mgeo_index.text import model_text
 from mgeo_index.text.parser import parser_version
 from conftest import copy_index
 
@@ -210,7 +211,7 @@ def test_parses_handed_to_resolve_give_the_same_answers_and_are_not_parsed_again
     resolver = open_resolver(index_dir)
     queries = ["深圳南山中山路75号东方科技园9号楼", "南京市鼓楼区中山路75号"]
     plain = resolver.resolve(queries, top_k=3, explain=True)
-    parses = parse([resolving.query_text(q) for q in queries])
+    parses = parse([model_text(q) for q in queries])
     monkeypatch.setattr(resolving, "parse", lambda texts: pytest.fail(f"parsed again: {texts}"))
     assert resolver.resolve(queries, top_k=3, explain=True, parses=parses) == plain
     with pytest.raises(ValueError, match="2 queries but 1 parses"):

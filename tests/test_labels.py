@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from mgeo_index import AddressIndex, settings, store
 from mgeo_index.cli import app
-from mgeo_index.resolver import query_text
+from mgeo_index.text import model_text
 
 QUERY = "南京鼓楼胜利路48号东方大厦"
 
@@ -19,7 +19,7 @@ def _engine(index_dir):
 
 
 def _item(row: int, query: str, candidates: list[dict], margin: float, disagreement: float = 0.0) -> dict:
-    return {"row": row, "query": query, "query_normalized": query_text(query), "candidates": candidates,
+    return {"row": row, "query": query, "query_normalized": model_text(query), "candidates": candidates,
             "model_version": "m1", "margin": margin, "disagreement": disagreement}
 
 
@@ -144,7 +144,7 @@ def test_confirmed_entry_missing_from_retrieval_is_fetched_with_explanation(inde
     _, idx, engine = index_with_queue
     far = idx.resolve("深圳南山中山路75号东方科技园", top_k=1)[0]  # an entry unrelated to QUERY
     assert far.id not in {m.id for m in idx.resolve(QUERY, top_k=10)}
-    store.add_labels(engine, [{"query": QUERY, "query_normalized": query_text(QUERY), "entry_id": far.id,
+    store.add_labels(engine, [{"query": QUERY, "query_normalized": model_text(QUERY), "entry_id": far.id,
                                "entry_address": far.address, "label": "exact_match"}], reviewer="ana")
     top = idx.resolve(QUERY, top_k=3, explain=True)
     assert top[0].id == far.id and top[0].source == "confirmed" and top[0].explain
@@ -157,7 +157,7 @@ def test_normalize_frame_serves_confirmed_answers(index_with_queue):
     pd = pytest.importorskip("pandas")
     _, idx, engine = index_with_queue
     chosen = idx.resolve(QUERY, top_k=5)[4]
-    store.add_labels(engine, [{"query": QUERY, "query_normalized": query_text(QUERY), "entry_id": chosen.id,
+    store.add_labels(engine, [{"query": QUERY, "query_normalized": model_text(QUERY), "entry_id": chosen.id,
                                "entry_address": chosen.address, "label": "exact_match"}], reviewer="ana")
     out = idx.normalize(pd.DataFrame({"addr": [QUERY, QUERY + " "]}), address_column="addr")
     assert list(out["match_id"]) == [chosen.source_id, chosen.source_id]
@@ -185,7 +185,7 @@ def test_labels_export_and_import_round_trip_through_the_cli(index_with_queue, t
     (pair,) = labelled_file_pairs(out)
     assert (pair.a, pair.b, pair.label, pair.source) == (item["query"], item["candidates"][0]["address"], "partial_match",
                                                          "labels:labels.tsv")
-    assert pair.group == query_text(item["query"])
+    assert pair.group == model_text(item["query"])
     (tmp_path / "pairs").mkdir()
     result = runner.invoke(app, ["train", "--data", str(tmp_path), "--pairs", str(tmp_path / "missing.tsv")])
     flat = "".join(result.output.replace("│", "").split())  # the message as rich wraps it in its box
@@ -253,7 +253,7 @@ def test_every_confirmed_answer_is_served_first_and_none_after_its_removal(sampl
         rng = random.Random(0)
         before = idx.resolve(queries, top_k=10)
         chosen = [rng.choice(matches[1:]) for matches in before]
-        store.add_labels(engine, [{"query": q, "query_normalized": query_text(q), "entry_id": c.id, "entry_address": c.address,
+        store.add_labels(engine, [{"query": q, "query_normalized": model_text(q), "entry_id": c.id, "entry_address": c.address,
                                    "label": "exact_match"} for q, c in zip(queries, chosen)], reviewer="ana")
         after = idx.resolve(queries, top_k=10)
         assert [m[0].id for m in after] == [c.id for c in chosen]

@@ -456,7 +456,7 @@ def test_a_batch_confirms_its_fresh_answers_with_one_store_query_and_hands_the_c
     """Fresh results get reviewers' decisions in the batch (one store query for all its items); the cache gets them
     as computed, since every cached answer is confirmed again per request."""
     from mgeo_index import settings, store
-    from mgeo_index.resolver import query_text
+    from mgeo_index.text import model_text
     from mgeo_index.service import loader
     from mgeo_index.service.batcher import Submission
 
@@ -465,14 +465,14 @@ def test_a_batch_confirms_its_fresh_answers_with_one_store_query_and_hands_the_c
     plain = loaded.resolver.resolve(queries, top_k=5, confirmed=False)
     chosen = plain[0][2]
     store.add_labels(store.connect(settings.database_url(own_index)),
-                     [{"query": queries[0], "query_normalized": query_text(queries[0]), "entry_id": chosen["id"],
+                     [{"query": queries[0], "query_normalized": model_text(queries[0]), "entry_id": chosen["id"],
                        "entry_address": chosen["address"], "label": "exact_match"}], reviewer="ana")
     calls = []
     monkeypatch.setattr(store, "confirmations", lambda engine, texts, real=store.confirmations: calls.append(texts) or real(engine, texts))
     params = (5, True, False, "hybrid")
     (version, first), (_, rest) = loader.run_batch(loaded, [Submission("resolve", params, queries[:1]),
                                                             Submission("resolve", params, queries[1:])])
-    assert len(calls) == 1 and sorted(calls[0]) == sorted(query_text(q) for q in queries)
+    assert len(calls) == 1 and sorted(calls[0]) == sorted(model_text(q) for q in queries)
     (matches, answer), = first
     assert matches == plain[0]  # what the cache keeps: no reviewer's decision in it
     assert answer[0]["id"] == chosen["id"] and answer[0]["source"] == "confirmed"
@@ -483,7 +483,7 @@ def test_a_confirmed_answer_is_served_at_once_even_from_the_cache(own_index):
     """A reviewer's label lands in the store while the service runs: the next request (a cache hit) has the
     confirmed entry first; a cached answer is not changed by it."""
     from mgeo_index import settings, store
-    from mgeo_index.resolver import query_text
+    from mgeo_index.text import model_text
 
     query = "南京鼓楼胜利路48号东方大厦"
     with TestClient(create_app(ServeConfig(index_dir=own_index, cache_size=100))) as c:
@@ -491,7 +491,7 @@ def test_a_confirmed_answer_is_served_at_once_even_from_the_cache(own_index):
         before = c.post("/v1/resolve", json={"query": query, "top_k": 5}).json()["matches"]
         chosen = before[2]
         engine = store.connect(settings.database_url(own_index))
-        store.add_labels(engine, [{"query": query, "query_normalized": query_text(query), "entry_id": chosen["id"],
+        store.add_labels(engine, [{"query": query, "query_normalized": model_text(query), "entry_id": chosen["id"],
                                    "entry_address": chosen["address"], "label": "exact_match"}], reviewer="ana")
         hits = metric(c, "mgeo_cache_hits_total")
         after = c.post("/v1/resolve", json={"query": query, "top_k": 5}).json()["matches"]

@@ -33,9 +33,9 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k)
     texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
-    from mgeo_index.resolver import query_text
+    from mgeo_index.text import model_text
 
-    valid = [has_content(query_text(t)) for t in texts]
+    valid = [has_content(model_text(t)) for t in texts]
     found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size))
     rows = []
     for text, ok in zip(texts, valid):

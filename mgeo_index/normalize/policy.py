@@ -103,11 +103,11 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
     row that has it; ``memo`` (kept by the engine for a whole job) carries answers to later chunks. Results do
     not depend on what an address is batched with (the default backend is batch-independent), so the same rows
     get the same answers either way."""
-    from mgeo_index.resolver import query_text
+    from mgeo_index.text import model_text
     from mgeo_index.text.parser import parse
 
     memo = {} if memo is None else memo
-    keys = [query_text(a) for a in addresses]  # as the resolver reads them
+    keys = [model_text(a) for a in addresses]  # as the resolver reads them
     todo = list(dict.fromkeys(k for k in keys if k not in memo))
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]

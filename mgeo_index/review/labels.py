@@ -45,7 +45,7 @@ def import_labels(engine, path: str | Path, *, catalog: str, reviewer: str | Non
     (same normalized text) is linked to it, so an ``exact_match`` there is served as a confirmed answer.
     Returns counts: ``labels`` added, ``linked`` to an entry."""
     from mgeo_index.evaluate import read_labeled_pairs
-    from mgeo_index.resolver import query_text
+    from mgeo_index.text import model_text
     from mgeo_index.settings import LABELS
     from mgeo_index.text import normalize
 
@@ -54,7 +54,7 @@ def import_labels(engine, path: str | Path, *, catalog: str, reviewer: str | Non
         raise ValueError(f"{path}: no labelled pairs in it")
     catalog_id = store.catalog_id(engine, catalog)
     ids = store.ids_by_normalized(engine, catalog_id, [normalize(x) for x in b]) if catalog_id is not None else [None] * len(b)
-    rows = [{"query": x, "query_normalized": query_text(x), "entry_address": y, "entry_id": i, "label": LABELS[g]}
+    rows = [{"query": x, "query_normalized": model_text(x), "entry_address": y, "entry_id": i, "label": LABELS[g]}
             for x, y, g, i in zip(a, b, gold, ids)]
     added = store.add_labels(engine, rows, reviewer=reviewer or reviewer_name())
     return {"labels": added, "linked": sum(i is not None for i in ids)}

@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 
 from mgeo_index import settings, store
 from mgeo_index.normalize.policy import RESULT_COLUMNS
-from mgeo_index.resolver import query_text
+from mgeo_index.text import model_text
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.text import normalize, printable
 
@@ -159,7 +159,7 @@ def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k
             candidates = [m.to_dict() for m in found]
             probs = np.array([[(c.get("probabilities") or {}).get(label, 0.0) for label in settings.LABELS]
                               for c in candidates]).reshape(len(candidates), len(settings.LABELS))
-            out.append({"row": row, "query": query, "query_normalized": query_text(query),
+            out.append({"row": row, "query": query, "query_normalized": model_text(query),
                         "candidates": candidates, "model_version": version, "margin": margin(probs),
                         "disagreement": float(dis)})
         if on_progress:

@@ -180,12 +180,12 @@ def create_app(config: ServeConfig) -> FastAPI:
         hit = [i for i, c in enumerate(cached) if c is not None]
         answers = list(cached)
         if hit:
-            from mgeo_index.resolver import query_text
+            from mgeo_index.text import model_text
 
             # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
             # once (fresh results come with them from the batch, one store query for the whole batch)
             confirmed = await asyncio.to_thread(
-                loaded.resolver.apply_confirmations, [query_text(queries[i]) for i in hit], [cached[i] for i in hit],
+                loaded.resolver.apply_confirmations, [model_text(queries[i]) for i in hit], [cached[i] for i in hit],
                 top_k=body.top_k, explain=body.explain, reranked=body.rerank and loaded.resolver.cross is not None)
             for i, answer in zip(hit, confirmed):
                 answers[i] = answer

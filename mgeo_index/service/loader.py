@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import generations, settings
-from mgeo_index.resolver import Resolver, open_resolver, query_text
+from mgeo_index.resolver import Resolver, open_resolver
+from mgeo_index.text import model_text
 from mgeo_index.service.batcher import Submission
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
@@ -91,7 +92,7 @@ def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, 
             resolver = loaded.resolver
             results = resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
                                        confirmed=False)
-            answers = resolver.apply_confirmations([query_text(q) for q in items], results, top_k=top_k, explain=explain,
+            answers = resolver.apply_confirmations([model_text(q) for q in items], results, top_k=top_k, explain=explain,
                                                    reranked=rerank and resolver.cross is not None)
             results = list(zip(results, answers))
         elif kind == "match":

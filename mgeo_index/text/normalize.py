@@ -19,6 +19,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from mgeo_index import settings
 from mgeo_index.text.numerals import NUMERAL_CHARS, chinese_to_int
 
 _SPACE = re.compile(r"\s+")
@@ -108,6 +109,12 @@ def normalize(text: str) -> str:
             break
     return text
 
+
+
+def model_text(text: str) -> str:
+    """An address as the models read it: normalized, cut to ``settings.MAX_QUERY_CHARS`` (a query, either side of
+    a pair). Reviewers' decisions are stored under a query's ``model_text`` (``labels.query_normalized``)."""
+    return normalize(text)[: settings.MAX_QUERY_CHARS]
 
 def has_content(text: str) -> bool:
     """Whether a (normalized) address has a letter or digit: "..." (from "…") or "-" alone has nothing to match."""
