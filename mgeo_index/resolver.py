@@ -149,19 +149,21 @@ class Resolver:
             for m in matches:
                 m.pop("_normalized")
         if confirmed:
-            results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, reranked=reranking)
+            results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, rerank=rerank)
         return results
 
     def apply_confirmations(self, normalized: Sequence[str], results: list[list[dict]], *, top_k: int,
-                            explain: bool = False, reranked: bool = True) -> list[list[dict]]:
+                            explain: bool = False, rerank: bool = True) -> list[list[dict]]:
         """Reviewers' decisions on these (normalized) query texts applied to their matches: an entry confirmed
-        as the same place comes first with ``"source": "confirmed"`` (``reranked``: label ``exact_match``, probability 1),
+        as the same place comes first with ``"source": "confirmed"`` (when the matches were reranked — ``rerank``
+        as asked of :meth:`resolve`, and a cross-encoder loaded —: label ``exact_match``, probability 1),
         fetched from the store when retrieval missed it; entries a reviewer said are not the place are
         dropped. A retired entry's confirmation no longer counts. One store query for the whole batch;
         ``results`` is not modified (the service caches it): changed lists are copies."""
         decided = store.confirmations(self.engine, normalized)
         if not decided:
             return results
+        reranked = rerank and self.cross is not None
         wanted = sorted({i for text in normalized if text in decided for i in decided[text]["confirmed"]})
         entries = store.get_entries(self.engine, wanted) if wanted else {}
         out = []

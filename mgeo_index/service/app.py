@@ -186,7 +186,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             # once (fresh results come with them from the batch, one store query for the whole batch)
             confirmed = await asyncio.to_thread(
                 loaded.resolver.apply_confirmations, [model_text(queries[i]) for i in hit], [cached[i] for i in hit],
-                top_k=body.top_k, explain=body.explain, reranked=body.rerank and loaded.resolver.cross is not None)
+                top_k=body.top_k, explain=body.explain, rerank=body.rerank)
             for i, answer in zip(hit, confirmed):
                 answers[i] = answer
         missing = [i for i, c in enumerate(cached) if c is None]

@@ -93,7 +93,7 @@ def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, 
             results = resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
                                        confirmed=False)
             answers = resolver.apply_confirmations([model_text(q) for q in items], results, top_k=top_k, explain=explain,
-                                                   reranked=rerank and resolver.cross is not None)
+                                                   rerank=rerank)
             results = list(zip(results, answers))
         elif kind == "match":
             (explain,) = params
