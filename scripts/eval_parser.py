@@ -1,6 +1,7 @@
 """Measure the address parser on the held-out split of the shared tagged addresses.
 
-Reports entity-level micro-F1 of the element tagger, province / city / district resolution accuracy
+Reports entity-level micro-F1 of the element tagger (all files together and each file alone: the held-out
+data of #19 is nationwide and Zhejiang addresses), province / city / district resolution accuracy
 (written in the address, and inferred after removing them) and batched parsing speed: addresses/s over
 ``--speed-rows`` addresses of the train split that this process has not parsed before (``fresh``: a new slice
 each of 3 runs, as held-out addresses would be), and over the last slice again (``repeated``: the gazetteer's
@@ -23,7 +24,7 @@ from pathlib import Path
 from mgeo_index.text.gazetteer import default_gazetteer
 from mgeo_index.text.parser import parse, tag_batched
 from mgeo_index.text.tagger import default_tagger, load_tagger
-from mgeo_index.training.tagger import admin_accuracy, entity_scores, load_examples
+from mgeo_index.training.tagger import admin_accuracy, entity_scores, f1_by_file, load_examples
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--data", type=Path, default=Path("../shared/data"))
@@ -50,6 +51,7 @@ report = {
     "tagging_f1_all_labels": round(entity_scores(gold, pred, ignore=())["f1"], 4),
     "admin": admin_accuracy(examples, lambda xs: parse(xs, tagger=tagger, gazetteer=gazetteer), gazetteer),
 }
+report["tagging_f1_by_file"] = f1_by_file(lambda xs: tag_batched(tagger, xs), args.data, args.split)
 pool = [t for t, _ in splits["train"] + splits["dev"]]  # addresses this process has not parsed yet
 slices = iter(pool[i : i + args.speed_rows] for i in range(512, len(pool) - args.speed_rows + 1, args.speed_rows))
 parse(pool[:512], tagger=tagger, gazetteer=gazetteer)  # warm-up

@@ -24,9 +24,18 @@ parser.add_argument("--dim", type=int, default=128, help="the character embeddin
 parser.add_argument("--teacher", type=Path, default=None,
                     help="a tagger directory: its tag paths over untagged addresses join the training examples")
 parser.add_argument("--teacher-rows", type=int, default=60000, help="how many untagged addresses the teacher tags")
+parser.add_argument("--repeat", action="append", default=[], metavar="FILE=TIMES",
+                    help="see a tagged file's training examples TIMES times an epoch (e.g. "
+                         "tagged_addresses_ncap2019.jsonl.gz=3); may be given for several files")
 args = parser.parse_args()
 files = tuple(args.files.split(",")) if args.files else None
+repeat = {}
+for item in args.repeat:
+    name, _, times = item.partition("=")
+    if not times.isdigit():
+        parser.error(f"--repeat {item}: write FILE=TIMES, e.g. tagged_addresses_ncap2019.jsonl.gz=3")
+    repeat[name] = int(times)
 metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files,
                        unmask=args.unmask_digits, hidden=args.hidden, dim=args.dim,
-                       teacher=args.teacher, teacher_rows=args.teacher_rows)
+                       teacher=args.teacher, teacher_rows=args.teacher_rows, repeat=repeat or None)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))

@@ -16,7 +16,7 @@ from mgeo_index.text.tagger import (
     Tagger, TaggerConfig, load_tagger, spans_from_tags, tags_from_spans,
 )
 from mgeo_index.training.data import TAGGED_FILES
-from mgeo_index.training.tagger import entity_scores, split_of_text, to_example, train_tagger
+from mgeo_index.training.tagger import entity_scores, load_examples, split_of_text, to_example, train_tagger
 
 
 # --------------------------------------------------------------------------- gazetteer
@@ -296,8 +296,16 @@ def test_train_tagger_learns_a_small_fixture(tmp_path):
     for name in TAGGED_FILES:
         with gzip.open(tmp_path / "catalog" / name, "wt", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    metrics = train_tagger(tmp_path, tmp_path / "model", minutes=0.25, log=lambda *_: None)
+    with pytest.raises(ValueError, match="repeat: other.jsonl.gz=2"):
+        train_tagger(tmp_path, tmp_path / "model", minutes=0.25, repeat={"other.jsonl.gz": 2})
+    ncap = "tagged_addresses_ncap2019.jsonl.gz"
+    metrics = train_tagger(tmp_path, tmp_path / "model", minutes=0.25, log=lambda *_: None, repeat={ncap: 2})
     assert metrics["test_f1"] > 0.9
+    # the files hold the same rows: every text once, then the NCAP file's training examples once more
+    assert metrics["examples"]["train"] == 2 * len(load_examples(tmp_path, (ncap,))["train"]) and metrics["repeat"] == {ncap: 2}
+    assert set(metrics["test_f1_by_file"]) == set(TAGGED_FILES)
+    for name, scores in metrics["test_f1_by_file"].items():  # each file's own test examples
+        assert scores["examples"] == len(load_examples(tmp_path, (name,))["test"]) > 0 and scores["f1"] > 0.9, (name, scores)
     model = load_tagger(tmp_path / "model")
     assert model.tag(["北京市朝阳区人民路12号"]) == [[("prov", 0, 3), ("district", 3, 6), ("road", 6, 9), ("roadno", 9, 12)]]
 
