@@ -155,8 +155,8 @@ class Resolver:
     def apply_confirmations(self, normalized: Sequence[str], results: list[list[dict]], *, top_k: int,
                             explain: bool = False, rerank: bool = True) -> list[list[dict]]:
         """Reviewers' decisions on these (normalized) query texts applied to their matches: an entry confirmed
-        as the same place comes first with ``"source": "confirmed"`` (when the matches were reranked — ``rerank``
-        as asked of :meth:`resolve`, and a cross-encoder loaded —: label ``exact_match``, probability 1),
+        as the same place comes first with ``"source": "confirmed"`` (label ``exact_match``, probability 1 when the
+        matches were reranked: ``rerank`` as asked of :meth:`resolve`, and a cross-encoder loaded),
         fetched from the store when retrieval missed it; entries a reviewer said are not the place are
         dropped. A retired entry's confirmation no longer counts. One store query for the whole batch;
         ``results`` is not modified (the service caches it): changed lists are copies."""

@@ -45,9 +45,8 @@ def import_labels(engine, path: str | Path, *, catalog: str, reviewer: str | Non
     (same normalized text) is linked to it, so an ``exact_match`` there is served as a confirmed answer.
     Returns counts: ``labels`` added, ``linked`` to an entry."""
     from mgeo_index.evaluate import read_labeled_pairs
-    from mgeo_index.text import model_text
     from mgeo_index.settings import LABELS
-    from mgeo_index.text import normalize
+    from mgeo_index.text import model_text, normalize
 
     a, b, gold = read_labeled_pairs(path)
     if not gold:

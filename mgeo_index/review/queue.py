@@ -22,9 +22,8 @@ from sqlalchemy import select, update
 
 from mgeo_index import settings, store
 from mgeo_index.normalize.policy import RESULT_COLUMNS
-from mgeo_index.text import model_text
 from mgeo_index.review.uncertainty import disagreement, margin
-from mgeo_index.text import normalize, printable
+from mgeo_index.text import model_text, normalize, printable
 
 if TYPE_CHECKING:
     from mgeo_index.api import AddressIndex

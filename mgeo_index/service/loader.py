@@ -12,8 +12,8 @@ from pathlib import Path
 
 from mgeo_index import generations, settings
 from mgeo_index.resolver import Resolver, open_resolver
-from mgeo_index.text import model_text
 from mgeo_index.service.batcher import Submission
+from mgeo_index.text import model_text
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
 WARMUP_QUERIES = (
