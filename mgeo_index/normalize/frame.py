@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from mgeo_index.normalize.parts import RESULT_PREFIX
 from mgeo_index.normalize.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
-from mgeo_index.text import has_content
+from mgeo_index.text import has_content, model_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +33,6 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k)
     texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
-    from mgeo_index.text import model_text
-
     valid = [has_content(model_text(t)) for t in texts]
     found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size))
     rows = []

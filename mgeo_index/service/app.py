@@ -27,7 +27,7 @@ from mgeo_index.service.config import ServeConfig
 from mgeo_index.service.metrics import Metrics, create_metrics
 from mgeo_index.service.middleware import BodyLimit, Guard
 from mgeo_index.service.schemas import MatchRequest, ResolveRequest
-from mgeo_index.text import has_content, normalize, printable
+from mgeo_index.text import has_content, model_text, normalize, printable
 
 log = logging.getLogger("mgeo_index.service")
 
@@ -180,8 +180,6 @@ def create_app(config: ServeConfig) -> FastAPI:
         hit = [i for i, c in enumerate(cached) if c is not None]
         answers = list(cached)
         if hit:
-            from mgeo_index.text import model_text
-
             # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
             # once (fresh results come with them from the batch, one store query for the whole batch)
             confirmed = await asyncio.to_thread(

@@ -105,10 +105,11 @@ def unlabeled_addresses(data_dir: Path) -> list[str]:
         return [line.strip() for line in fh if line.strip()]
 
 
-def tagged_addresses(data_dir: Path) -> list[dict]:
-    """Every row of the TAGGED_FILES, each with ``file``: the name of the file it came from."""
+def tagged_addresses(data_dir: Path, files: tuple[str, ...] | None = None) -> list[dict]:
+    """Every row of the TAGGED_FILES (``files``: of these only, read in TAGGED_FILES order), each with ``file``:
+    the name of the file it came from."""
     rows = []
-    for name in TAGGED_FILES:
+    for name in TAGGED_FILES if files is None else [f for f in TAGGED_FILES if f in files]:
         with gzip.open(data_dir / "catalog" / name, "rt", encoding="utf-8") as fh:
             rows.extend(json.loads(line) | {"file": name} for line in fh if line.strip())
     return rows

@@ -75,9 +75,7 @@ def load_examples(data_dir: Path, files: tuple[str, ...] | None = None, *, unmas
     so it is the same with and without ``unmask``."""
     out: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
     seen = set()
-    for row in tagged_addresses(data_dir):
-        if files is not None and row["file"] not in files:
-            continue
+    for row in tagged_addresses(data_dir, files):
         original = to_example(row)
         example = to_example(unmask_digits(row)) if unmask and row["file"] in MASKED_DIGIT_FILES else original
         if example and original and example[0] not in seen:
