@@ -27,6 +27,9 @@ parser.add_argument("--teacher-rows", type=int, default=60000, help="how many un
 parser.add_argument("--repeat", action="append", default=[], metavar="FILE=TIMES",
                     help="see a tagged file's training examples TIMES times an epoch (e.g. "
                          "tagged_addresses_ncap2019.jsonl.gz=3); may be given for several files")
+parser.add_argument("--select-files", default=None, metavar="FILE,FILE",
+                    help="keep the epoch with the best mean of these tagged files' own dev F1 (default: the pooled "
+                         "dev F1), e.g. tagged_addresses_swei412.jsonl.gz,tagged_addresses_ncap2019.jsonl.gz")
 args = parser.parse_args()
 files = tuple(args.files.split(",")) if args.files else None
 repeat = {}
@@ -37,5 +40,6 @@ for item in args.repeat:
     repeat[name] = int(times)
 metrics = train_tagger(args.data, args.out, minutes=args.minutes, log=lambda m: print(m, flush=True), files=files,
                        unmask=args.unmask_digits, hidden=args.hidden, dim=args.dim,
-                       teacher=args.teacher, teacher_rows=args.teacher_rows, repeat=repeat or None)
+                       teacher=args.teacher, teacher_rows=args.teacher_rows, repeat=repeat or None,
+                       select_files=tuple(args.select_files.split(",")) if args.select_files else None)
 print(json.dumps(metrics, ensure_ascii=False, indent=1))

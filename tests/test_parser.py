@@ -298,9 +298,16 @@ def test_train_tagger_learns_a_small_fixture(tmp_path):
             fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     with pytest.raises(ValueError, match="repeat: other.jsonl.gz=2"):
         train_tagger(tmp_path, tmp_path / "model", minutes=0.25, repeat={"other.jsonl.gz": 2})
-    ncap = "tagged_addresses_ncap2019.jsonl.gz"
-    metrics = train_tagger(tmp_path, tmp_path / "model", minutes=0.25, log=lambda *_: None, repeat={ncap: 2})
+    ncap, swei = "tagged_addresses_ncap2019.jsonl.gz", "tagged_addresses_swei412.jsonl.gz"
+    with pytest.raises(ValueError, match="select_files: other.jsonl.gz"):
+        train_tagger(tmp_path, tmp_path / "model", minutes=0.25, select_files=("other.jsonl.gz",))
+    lines = []
+    metrics = train_tagger(tmp_path, tmp_path / "model", minutes=0.25, log=lines.append, repeat={ncap: 2},
+                           select_files=(swei, ncap))
     assert metrics["test_f1"] > 0.9
+    # the kept epoch is the one whose two files' own dev F1 averaged best (each epoch logs them)
+    means = [sum(map(float, line.split("(files ")[1].split(")")[0].split())) / 2 for line in lines if "(files " in line]
+    assert means and metrics["selected_on"] == {"dev_f1_mean_of": [swei, ncap], "mean": round(max(means), 4)}
     # the files hold the same rows: every text once, then the NCAP file's training examples once more
     assert metrics["examples"]["train"] == 2 * len(load_examples(tmp_path, (ncap,))["train"]) and metrics["repeat"] == {ncap: 2}
     assert set(metrics["test_f1_by_file"]) == set(TAGGED_FILES)
@@ -468,3 +475,26 @@ def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
     assert gc.get_freeze_count() > 42_000
     scanned = {id(o) for o in gc.get_objects(generation=2)}
     assert not any(id(u) in scanned for u in default_gazetteer().units.values())
+
+
+def test_encoder_tagger_reads_each_address_as_if_alone():
+    """The pretrained-encoder tagger (scripts/eval_pretrained_tagger.py) frames each row as [CLS] text [SEP] and
+    masks the padding: a row's emissions in a batch of other lengths are its emissions alone."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from mgeo_index.training.tagger import EncoderTagger
+
+    tokenizer = AutoTokenizer.from_pretrained(settings.DEFAULT_CROSS_MODEL)
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=64, max_position_embeddings=40, pad_token_id=tokenizer.pad_token_id)).eval()
+    model = EncoderTagger(TaggerConfig(chars=[], labels=["poi", "road"], max_length=38), bert, tokenizer).eval()
+    texts = ["北京市朝阳区建国路88号", "建国路", "上海市浦东新区世纪大道100号东方明珠"]
+    with torch.no_grad():
+        together = model.emissions(*model.encode(texts))
+        for row, text in enumerate(texts):
+            alone = model.emissions(*model.encode([text]))
+            assert torch.allclose(together[row, : len(text)], alone[0], atol=1e-5), text
+        framed = model.encode(texts)[0]
+    assert framed[1, :3].tolist() == [tokenizer.convert_tokens_to_ids(c) for c in "建国路"]
+    assert [len(path) for path in model.decode(*model.encode(texts))] == [len(t) for t in texts]
