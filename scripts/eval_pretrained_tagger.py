@@ -6,8 +6,8 @@ on the shared address text, then fine-tuned on the labelled pairs) has read far 
 encoder replaces the embedding, convolution and BiLSTM, a linear layer gives the emissions, and the same CRF,
 training loop (:func:`mgeo_index.training.tagger.fit`), split and scoring as ``scripts/train_tagger.py`` follow.
 It prints the test F1, pooled and per tagged file, as ``train_tagger`` reports them, so the two read side by side.
-Not a shipped model (15.8 M parameters, ~50× the tagger's cost a character): it measures whether pretraining is
-the lever for the element-F1 target, and could teach the small tagger (``train_tagger --teacher``) if it is.
+Not a shipped model (15.8 M parameters against the tagger's 0.53 M): it measures whether pretraining is
+the lever for the element-F1 target (README, *Session 21*: it is not).
 
     OMP_NUM_THREADS=1 python scripts/eval_pretrained_tagger.py --data ../shared/data --minutes 60
 """
