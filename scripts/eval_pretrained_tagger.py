@@ -17,7 +17,6 @@ import argparse
 import json
 import random
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -46,8 +45,7 @@ def main() -> None:
     select_dev = [load_examples(args.data, (name,))["dev"] for name in select]
     teacher = load_teacher(args.teacher)
     labels = sorted({s[0] for _, spans in data["train"] for s in spans})
-    chars = [c for c, _ in Counter(c for text, _ in data["train"] for c in text).most_common()]
-    cfg = TaggerConfig(chars=chars, labels=labels, max_length=teacher.model.config.max_position_embeddings - 2)
+    cfg = TaggerConfig(chars=[], labels=labels, max_length=teacher.model.config.max_position_embeddings - 2)
     model = EncoderTagger(cfg, teacher.model.bert, teacher.tokenizer, bf16=args.precision == "bf16")
     encoder = [p for n, p in model.named_parameters() if n.startswith("bert.")]
     crf = [p for n, p in model.named_parameters() if not n.startswith("bert.")]

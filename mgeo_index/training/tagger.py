@@ -20,7 +20,7 @@ from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.normalize import normalize
 from mgeo_index.splits import split_of
 from mgeo_index.text.parser import admin_mentions, tag_batched
-from mgeo_index.text.tagger import Tagger, TaggerConfig, load_tagger, tags_from_spans
+from mgeo_index.text.tagger import PAD, UNK, Tagger, TaggerConfig, load_tagger, tags_from_spans
 from mgeo_index.training.data import TAGGED_FILES, ccks_extra_pairs, ccks_pairs, tagged_addresses, unlabeled_addresses
 
 Example = tuple[str, list[tuple[str, int, int]]]  # (text, [(label, start, end)])
@@ -168,23 +168,18 @@ class EncoderTagger(Tagger):
 
     def __init__(self, cfg: TaggerConfig, bert, tokenizer, *, bf16: bool = False):
         super().__init__(cfg)
+        if (tokenizer.pad_token_id, tokenizer.unk_token_id) != (PAD, UNK):
+            raise ValueError(f"the tokenizer's [PAD] / [UNK] ids must be the tagger's {PAD} / {UNK}")
         del self.embed, self.conv, self.lstm  # the encoder stands for them
+        self.char_ids = tokenizer.get_vocab()  # so Tagger.encode gives the encoder's ids, padded with [PAD]
         self.bert, self.bf16 = bert, bf16
-        self.vocab, self.unk = tokenizer.get_vocab(), tokenizer.unk_token_id
-        self.cls, self.sep, self.pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+        self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
         self.out = nn.Linear(bert.config.hidden_size, len(self.tags))
-
-    def encode(self, texts):
-        texts = [t[: self.cfg.max_length] for t in texts]
-        width = max(max((len(t) for t in texts), default=1), 1)
-        rows = [[self.vocab.get(c, self.unk) for c in t] + [self.pad] * (width - len(t)) for t in texts]
-        mask = torch.tensor([[True] * len(t) + [False] * (width - len(t)) for t in texts])
-        return torch.tensor(rows, dtype=torch.long), mask
 
     def emissions(self, ids, mask):
         lengths = mask.sum(1)
         B = ids.shape[0]
-        full = torch.cat([torch.full((B, 1), self.cls), ids, torch.full((B, 1), self.pad)], dim=1)
+        full = torch.cat([torch.full((B, 1), self.cls), ids, torch.full((B, 1), PAD)], dim=1)
         full[torch.arange(B), lengths + 1] = self.sep
         attention = torch.arange(full.shape[1])[None, :] < (lengths + 2)[:, None]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
