@@ -465,6 +465,34 @@ def test_rows_of_one_length_skip_packing_and_tag_the_same():
     assert tagger.decode(ids, mask) == tagger.decode(packed_ids, packed_mask)[: len(same)]
 
 
+def test_folded_convolution_gives_the_convolutions_emissions_and_paths():
+    """Inference reads the convolution as three per-character tables (no gradient: tables; with one: the
+    convolution itself): the same emissions to float rounding and the same paths, ragged batches included; and
+    the tables follow the weights when they change (an optimizer step, a loaded state)."""
+    import csv
+
+    with open(settings.SAMPLE_CATALOG, encoding="utf-8") as fh:
+        texts = [normalize(row["address"]) for row in csv.DictReader(fh)][:200]
+    tagger = load_tagger()
+    ids, mask = tagger.encode(texts)
+    assert not bool(mask.all())
+    with torch.no_grad():
+        folded = tagger.emissions(ids, mask)
+    with torch.enable_grad():
+        convolved = tagger.emissions(ids, mask).detach()
+    assert torch.allclose(folded, convolved, atol=1e-4, rtol=0)
+    reference = load_tagger()  # decodes through the convolution itself
+    reference._folded_conv = lambda i: reference.conv(reference.embed(i).transpose(1, 2)).transpose(1, 2)
+    assert tagger.decode(ids, mask) == reference.decode(ids, mask)
+    with torch.no_grad():
+        tagger.conv.weight.mul_(0.5)
+        tagger.embed.weight[2:].add_(0.1)
+        changed = tagger.emissions(ids, mask)
+    with torch.enable_grad():
+        assert torch.allclose(changed, tagger.emissions(ids, mask).detach(), atol=1e-4, rtol=0)
+    assert not torch.allclose(changed, folded, atol=1e-2, rtol=0)
+
+
 def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
     import gc
 
