@@ -491,6 +491,9 @@ def test_folded_convolution_gives_the_convolutions_emissions_and_paths():
     with torch.enable_grad():
         assert torch.allclose(changed, tagger.emissions(ids, mask).detach(), atol=1e-4, rtol=0)
     assert not torch.allclose(changed, folded, atol=1e-2, rtol=0)
+    with torch.inference_mode():  # a tagger loaded inside inference mode (its weights have no version counter)
+        frozen = load_tagger()
+        assert frozen.decode(ids, mask) == reference.decode(ids, mask)
 
 
 def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():

@@ -91,8 +91,10 @@ class Tagger(nn.Module):
         position's output is three table rows added, the neighbours' rows shifted in (the padding id's row is
         zero, as the zero padding it stands for). The same sums in another order (at most ~1e-5 apart); on
         this AVX2 CPU it cut the embedding and convolution from 0.19 to 0.08 CPU s per 3,000 addresses.
-        The tables are made again whenever a weight has changed (its in-place version counter moved)."""
-        key = tuple((p.data_ptr(), p._version) for p in (self.embed.weight, self.conv.weight, self.conv.bias))
+        The tables are made again whenever a weight has changed (its in-place version counter moved; weights
+        made under ``torch.inference_mode()`` have no counter, and cannot be trained)."""
+        key = tuple((p.data_ptr(), None if p.is_inference() else p._version)
+                    for p in (self.embed.weight, self.conv.weight, self.conv.bias))
         if getattr(self, "_taps_key", None) != key:
             weight = self.conv.weight.detach()  # out, in, 3
             self._taps = torch.stack([self.embed.weight.detach() @ weight[:, :, k].T for k in range(3)])
