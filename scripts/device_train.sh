@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Train the default models on a lent GPU: the same recipe as `mgeo-index train`, with GPU-sized batches,
-# bf16 autocast and stage budgets that fit the device tool's 10-minute call (about 7 minutes of training,
-# roughly 100x the steps a CPU session gets). Writes bi/, cross/ and metrics.json to $OUT/train (the
-# stage checkpoints stay in /tmp: they are large and only needed to resume on that machine).
+# Train the teacher (mgeo_index/training/teacher.py: masked-language pretraining on all address text, then
+# fine-tuning with FGM and multi-sample dropout, the best weights on the round-2 calibration pairs kept) on a
+# lent GPU, 12 layers x 384 (22.8 M parameters, FP16 snapshot 46 MB: within the 60 MB the repository keeps),
+# with GPU-sized batches, bf16 autocast, pretraining batches made by 12 worker processes, and stage budgets
+# that fit the device tool's 10-minute call with scripts/device_check.sh after it. Writes to $OUT/train:
+# train.log, teacher.json (every stage's steps, minutes and losses), cross-snapshot.json and the FP16 snapshot
+# in 15 MB parts (the device tool brings back files of at most 16 MB); the checkpoints stay in /tmp there.
 #
-# Prepare here (no device time): bash scripts/fetch_device_wheels.sh && bash scripts/stage_device_data.sh
-# Run (device tool): command "bash scripts/device_train.sh", carry [".whl", ".device-data"].
-# Afterwards, here: compare $OUT/train/metrics.json with mgeo_index/model/default/metrics.json, then copy
-# bi/ and cross/ into mgeo_index/model/default/, rebuild indexes and re-run the README's eval commands.
-# On a CPU, SCALE=0.02 bash scripts/device_train.sh runs it end to end in a few minutes (a smoke test).
+# Prepare here (no device time): bash scripts/stage_device_data.sh; git rm --cached teacher/cross-snapshot.safetensors
+#   and ignore it for the call (the tree that travels must stay under 64 MB; `git reset -q` afterwards).
+# Run (device tool): command "bash scripts/device_train.sh; bash scripts/device_check.sh", carry [".device-data"].
+# Afterwards, here: cat $FILES/train/cross-snapshot.safetensors.part* > teacher/cross-snapshot.safetensors, copy
+#   cross-snapshot.json beside it, check its sha256, and evaluate it as teacher/README.md says.
+# On a CPU, SCALE=0.01 bash scripts/device_train.sh runs it end to end in a few minutes (a smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-device-train}"
@@ -22,28 +26,41 @@ else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 PY="${PYTHON:-python3}"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
-OUT="$OUT" DATA="$DATA" SCALE="$SCALE" $PY - <<'PY' 2>&1 | tee "$OUT/train.log"
-import json, os, shutil
+WORK=/tmp/mgeo-device-teacher
+rm -rf "$WORK.snapshot"
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+OUT="$OUT" DATA="$DATA" SCALE="$SCALE" WORK="$WORK" $PY - <<'PY' 2>&1 | tee "$OUT/train/train.log"
+import hashlib, json, os, shutil, time
 from pathlib import Path
 
 import torch
 
-from mgeo_index.training.train import TrainConfig, train
+from mgeo_index.training.teacher import TeacherConfig, save_snapshot, train_teacher
 
 scale, cuda = float(os.environ["SCALE"]), torch.cuda.is_available()
-work = Path("/tmp/mgeo-device-train")
-cfg = TrainConfig(
-    data_dir=Path(os.environ["DATA"]), out=work,
-    mlm_minutes=3.5 * scale, bi_minutes=1.5 * scale, cross_minutes=2.0 * scale,
-    mlm_batch=512 if cuda else 128, bi_batch=256 if cuda else 96, cross_batch=256 if cuda else 64,
-    precision="auto",  # bf16 on CUDA and on CPUs with AVX512-BF16/AMX
+if cuda:
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+work = Path(os.environ["WORK"])
+cfg = TeacherConfig(
+    data_dir=Path(os.environ["DATA"]), out=work, layers=12, hidden=384, heads=6, intermediate=1536,
+    mlm_minutes=3.5 * scale, cross_minutes=1.5 * scale, eval_minutes=0.25 * scale, checkpoint_minutes=2.0,
+    mlm_batch=512 if cuda else 32, cross_batch=128 if cuda else 16, mlm_lr=2e-4, cross_lr=6e-5,
+    workers=12 if cuda else 2, precision="auto",
+    log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True),
 )
-metrics = train(cfg)
+started = time.time()
+record = train_teacher(cfg)
+snapshot = Path(str(work) + ".snapshot")
+info = save_snapshot(cfg, snapshot)
+weights = snapshot / "cross-snapshot.safetensors"
+meta = json.loads((snapshot / "cross-snapshot.json").read_text())
+meta["sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+meta["device"] = torch.cuda.get_device_name() if cuda else "cpu"
+meta["wall_minutes"] = (time.time() - started) / 60
 out = Path(os.environ["OUT"]) / "train"
-for name in ("bi", "cross"):
-    shutil.rmtree(out / name, ignore_errors=True)
-    shutil.copytree(work / name, out / name)
-shutil.copy(work / "metrics.json", out / "metrics.json")
-print(json.dumps({k: metrics[k] for k in ("stages", "ccks_dev", "shenzhen_dev", "ccks_dev_retrieval", "minutes")}, default=str)[:4000])
+(out / "cross-snapshot.json").write_text(json.dumps(meta, indent=2))
+shutil.copy(work / "teacher.json", out / "teacher.json")
+print(json.dumps(info | {"sha256": meta["sha256"]}, default=str))
 PY
+split -b 15M -d -a 2 "$WORK.snapshot/cross-snapshot.safetensors" "$OUT/train/cross-snapshot.safetensors.part"
+ls -la "$OUT/train"

@@ -319,7 +319,7 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
 
     from mgeo_index.training.teacher import TeacherConfig, bert_config, main
 
-    cfg = TeacherConfig(data_dir=tiny_data)
+    cfg = TeacherConfig(data_dir=tiny_data, layers=3, hidden=128, heads=2, intermediate=256)  # not the default shape
     torch.manual_seed(0)
     model = BertForSequenceClassification(bert_config(cfg, AutoTokenizer.from_pretrained(cfg.tokenizer)))
     save_file({k: v.half().contiguous() for k, v in model.state_dict().items()}, tmp_path / "cross-snapshot.safetensors")
@@ -327,8 +327,43 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
           "--export", str(tmp_path / "exported")])
     cross = load_cross_encoder(tmp_path / "exported")
     assert cross.temperature > 0 and len(cross.decision_offsets) == 3
+    # the teacher's depth and widths are read off its weights
+    assert (cross.model.config.num_hidden_layers, cross.model.config.hidden_size, cross.model.config.intermediate_size) == (3, 128, 256)
     assert not (tmp_path / "out" / "cross_checkpoint.pt").exists()  # nothing trained
     probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
     with pytest.raises(SystemExit):  # --export-from without --export is refused
         main(["--data", str(tiny_data), "--export-from", str(tmp_path / "cross-snapshot.safetensors")])
+
+
+def test_pretraining_batches_take_turns_and_worker_processes_make_them_too(tiny_data):
+    """Single texts, tagged addresses and labelled pairs in turn, each with masked positions to predict; the same
+    random stream gives the same batches (a resumed one-process run); a DataLoader's workers (the GPU recipe)
+    make the same kinds of batch."""
+    import itertools
+    import random
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from mgeo_index.model.tokenizer import SPECIAL_TOKENS
+    from mgeo_index.training.teacher import TeacherConfig, _PretrainingStream, pretraining_batches, pretraining_data
+
+    cfg = TeacherConfig(data_dir=tiny_data, mlm_batch=8)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+    texts = pretraining_data(cfg, random.Random(0))
+    first = list(itertools.islice(pretraining_batches(cfg, tokenizer, *texts, random.Random(0)), 6))
+    assert ["pair_labels" in b for b in first] == [False, False, True] * 2
+    assert [len(b["input_ids"]) for b in first] == [8, 8, 4] * 2
+    for batch in first:
+        picked = batch["labels"] != -100
+        assert picked.any(dim=1).all()  # every row has something to predict
+        assert (batch["input_ids"][picked] == tokenizer.mask_token_id).float().mean() > 0.5  # mostly [MASK] there
+        assert (batch["labels"][picked] >= len(SPECIAL_TOKENS)).all()  # real characters are predicted, never [PAD] or [SEP]
+    again = next(pretraining_batches(cfg, tokenizer, *texts, random.Random(0)))
+    assert torch.equal(again["input_ids"], first[0]["input_ids"]) and torch.equal(again["labels"], first[0]["labels"])
+    stream = torch.utils.data.DataLoader(_PretrainingStream(cfg, tokenizer, texts, seed=0, first_kind=0),
+                                         batch_size=None, num_workers=2)
+    made = list(itertools.islice(stream, 6))
+    assert sorted(len(b["input_ids"]) for b in made) == [4, 4, 8, 8, 8, 8]
+    assert sum("pair_labels" in b for b in made) == 2 and all((b["labels"] != -100).any() for b in made)

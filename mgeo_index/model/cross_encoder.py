@@ -42,7 +42,10 @@ GATE_MAX_EXACT = 0.03
 
 
 class FeatureHead(nn.Module):
-    """(B, F) structured features → (B, 3) logits."""
+    """(B, F) structured features → (B, 3) logits.
+
+    Features are computed on the CPU and the stack combines on the CPU: a head moved to a GPU with its
+    cross-encoder (``cross.to("cuda")``) takes CPU features and returns CPU logits all the same."""
 
     def __init__(self, n_features: int, hidden: int = 64, n_labels: int = 3):
         super().__init__()
@@ -50,7 +53,10 @@ class FeatureHead(nn.Module):
                                  nn.Linear(hidden, n_labels))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.net(features)
+        device = self.net[0].weight.device
+        if device.type == "cpu":
+            return self.net(features)
+        return self.net(features.to(device)).float().cpu()
 
 
 def average_heads(heads: list[FeatureHead]) -> FeatureHead:

@@ -92,7 +92,7 @@ def checkpoint_of(model, optimizer, rng: random.Random, steps: int, elapsed: flo
 
 def restore_checkpoint(path: Path, model, optimizer, rng: random.Random) -> dict:
     """Load a :func:`checkpoint_of` into ``model``, ``optimizer`` and the random states; returns it."""
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=False, map_location="cpu")  # written on a GPU or not
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     rng.setstate(state["rng"])

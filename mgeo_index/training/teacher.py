@@ -82,6 +82,8 @@ class TeacherConfig:
     checkpoint_minutes: float = 5.0
     eval_minutes: float = 30.0
     precision: str = "auto"
+    device: str = "auto"  # "cuda" where PyTorch sees a GPU (scripts/device_train.sh), else "cpu"
+    workers: int = 0  # pretraining batches made by this many worker processes (0: in the training process)
     seed: int = 0
     # an FP16 snapshot of the pretraining in progress, kept in the repository (teacher/): a run on a machine
     # without the checkpoints in ``out`` starts from it instead of from scratch (fresh optimizer state)
@@ -89,10 +91,16 @@ class TeacherConfig:
     log: object = field(default=print, repr=False)
 
 
+def _device(cfg: TeacherConfig) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _autocast(cfg: TeacherConfig):
     from mgeo_index.inference import _autocast as autocast
 
-    return autocast("cpu", resolve_precision(cfg.precision))
+    return autocast(_device(cfg), resolve_precision(cfg.precision))
 
 
 def _record(cfg: TeacherConfig, stage: str, stats: dict) -> None:
@@ -177,42 +185,20 @@ class PretrainingModel(torch.nn.Module):
         return loss, out.logits
 
 
-def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
-    path, ckpt = cfg.out / "mlm", cfg.out / "mlm_checkpoint.pt"
-    if (path / "stage.json").exists():
-        stats = json.loads((path / "stage.json").read_text())
-        if stats["minutes"] >= cfg.mlm_minutes - 1e-9:
-            return path
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    singles, tagged, pairs = pretraining_data(cfg, random.Random(cfg.seed))
-    cfg.log(f"[teacher mlm] {len(singles)} texts, {len(tagged)} tagged, {len(pairs)} labelled train pairs")
-    model = PretrainingModel(bert_config(cfg, tokenizer)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
-    start_step, start_elapsed = 0, 0.0
-    if ckpt.exists():
-        state = restore_checkpoint(ckpt, model, optimizer, rng)
-        start_step, start_elapsed = state["step"], state["elapsed"]
-        cfg.log(f"[teacher mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
-    elif cfg.snapshot is not None and (cfg.snapshot / SNAPSHOT_WEIGHTS).exists():
-        start_step, start_elapsed = load_snapshot(model, cfg.snapshot)
-        cfg.log(f"[teacher mlm] no checkpoint in {cfg.out}: starting from the snapshot in {cfg.snapshot} "
-                f"(step {start_step}, {start_elapsed / 60:.1f} min done; optimizer state starts afresh)")
+def pretraining_batches(cfg: TeacherConfig, tokenizer, singles, tagged, pairs, rng: random.Random, first_kind: int = 0):
+    """Endless pretraining batches (CPU tensors), in turn: single texts with n-gram masks, tagged addresses
+    with whole-element masks, labelled pairs (n-gram masks, plus ``pair_labels`` for the label head)."""
     single_batches = shuffled_batches(singles, cfg.mlm_batch, rng)
     tagged_batches = shuffled_batches(tagged, cfg.mlm_batch, rng)
     pair_batches = shuffled_batches(pairs, cfg.mlm_batch // 2, rng)
-    accuracy: list[float] = []
-    counter = {"step": start_step}
-
-    def step():
-        kind = counter["step"] % 3  # singles with n-gram masks, tagged with element masks, labelled pairs
-        counter["step"] += 1
-        pair_labels = None
+    kind = first_kind
+    while True:
+        extra = {}
         if kind == 2:
             batch = next(pair_batches)
             enc = tokenizer([a for a, _, _ in batch], [b for _, b, _ in batch], padding=True, truncation=True,
                             max_length=cfg.max_length, return_tensors="pt", return_special_tokens_mask=True)
-            pair_labels = torch.tensor([label for *_, label in batch])
+            extra["pair_labels"] = torch.tensor([label for *_, label in batch])
         else:
             batch = next(single_batches) if kind == 0 else next(tagged_batches)
             texts = batch if kind == 0 else [text for text, _ in batch]
@@ -223,9 +209,60 @@ def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
             ids, labels = mask_elements(enc["input_ids"], [ranges for _, ranges in batch], tokenizer, rng)
         else:
             ids, labels = mask_spans(enc["input_ids"], special, tokenizer, rng)
+        yield {"input_ids": ids, "attention_mask": enc["attention_mask"], "token_type_ids": enc["token_type_ids"],
+               "labels": labels} | extra
+        kind = (kind + 1) % 3
+
+
+class _PretrainingStream(torch.utils.data.IterableDataset):
+    """:func:`pretraining_batches` in each DataLoader worker, with the worker's own random stream."""
+
+    def __init__(self, cfg: TeacherConfig, tokenizer, texts: tuple, seed: int, first_kind: int):
+        self.cfg, self.tokenizer, self.texts, self.seed, self.first_kind = cfg, tokenizer, texts, seed, first_kind
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker = 0 if info is None else info.id
+        rng = random.Random(self.seed * 1009 + worker)
+        return pretraining_batches(self.cfg, self.tokenizer, *self.texts, rng, first_kind=(self.first_kind + worker) % 3)
+
+
+def stage_mlm(cfg: TeacherConfig, tokenizer) -> Path:
+    path, ckpt = cfg.out / "mlm", cfg.out / "mlm_checkpoint.pt"
+    if (path / "stage.json").exists():
+        stats = json.loads((path / "stage.json").read_text())
+        if stats["minutes"] >= cfg.mlm_minutes - 1e-9:
+            return path
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    singles, tagged, pairs = pretraining_data(cfg, random.Random(cfg.seed))
+    cfg.log(f"[teacher mlm] {len(singles)} texts, {len(tagged)} tagged, {len(pairs)} labelled train pairs")
+    device = _device(cfg)
+    model = PretrainingModel(bert_config(cfg, tokenizer)).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.mlm_lr, weight_decay=0.01)
+    start_step, start_elapsed = 0, 0.0
+    if ckpt.exists():
+        state = restore_checkpoint(ckpt, model, optimizer, rng)
+        start_step, start_elapsed = state["step"], state["elapsed"]
+        cfg.log(f"[teacher mlm] resuming at step {start_step} ({start_elapsed / 60:.1f} min done)")
+    elif cfg.snapshot is not None and (cfg.snapshot / SNAPSHOT_WEIGHTS).exists():
+        start_step, start_elapsed = load_snapshot(model, cfg.snapshot)
+        cfg.log(f"[teacher mlm] no checkpoint in {cfg.out}: starting from the snapshot in {cfg.snapshot} "
+                f"(step {start_step}, {start_elapsed / 60:.1f} min done; optimizer state starts afresh)")
+    if cfg.workers > 0:  # batches made by worker processes (a GPU outruns one process's tokenizing and masking)
+        stream = torch.utils.data.DataLoader(
+            _PretrainingStream(cfg, tokenizer, (singles, tagged, pairs), seed=cfg.seed + start_step, first_kind=start_step % 3),
+            batch_size=None, num_workers=cfg.workers, prefetch_factor=8, pin_memory=device.startswith("cuda"))
+        batches = iter(stream)
+    else:  # one process: a resumed run draws exactly the batches the uninterrupted one would have
+        batches = pretraining_batches(cfg, tokenizer, singles, tagged, pairs, rng, first_kind=start_step % 3)
+    accuracy: list[float] = []
+
+    def step():
+        inputs = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+        pair_labels, labels = inputs.pop("pair_labels", None), inputs["labels"]
         with _autocast(cfg):
-            loss, logits = model(labels_for_pairs=pair_labels, input_ids=ids, attention_mask=enc["attention_mask"],
-                                 token_type_ids=enc["token_type_ids"], labels=labels)
+            loss, logits = model(labels_for_pairs=pair_labels, **inputs)
         picked = labels != -100
         accuracy.append(float((logits.argmax(-1)[picked] == labels[picked]).float().mean()))
         return loss
@@ -272,10 +309,10 @@ def save_snapshot(cfg: TeacherConfig, target: Path) -> dict:
     target.mkdir(parents=True, exist_ok=True)
     config = {k: getattr(cfg, k) for k in ("hidden", "layers", "heads", "intermediate")}
     if cross_ckpt.exists():
-        state = torch.load(cross_ckpt, weights_only=False)
+        state = torch.load(cross_ckpt, weights_only=False, map_location="cpu")
         best = state.get("best", {})
         if best_path.exists() and "step" in best:  # the best weights, at the step they were evaluated
-            weights, info = torch.load(best_path), {"step": best["step"], "elapsed": best["minutes"] * 60, "best": best}
+            weights, info = torch.load(best_path, map_location="cpu"), {"step": best["step"], "elapsed": best["minutes"] * 60, "best": best}
         else:  # not evaluated yet: the latest weights
             weights, info = state["model"], {"step": state["step"], "elapsed": state["elapsed"], "best": {}}
         weights = {k: v.detach().to(torch.float16).contiguous() for k, v in weights.items()}
@@ -284,7 +321,7 @@ def save_snapshot(cfg: TeacherConfig, target: Path) -> dict:
         for name in (SNAPSHOT_WEIGHTS, "mlm-snapshot.json"):
             (target / name).unlink(missing_ok=True)
         return info | {"stage": "cross", "megabytes": (target / CROSS_SNAPSHOT).stat().st_size / 2**20}
-    state = torch.load(cfg.out / "mlm_checkpoint.pt", weights_only=False)
+    state = torch.load(cfg.out / "mlm_checkpoint.pt", weights_only=False, map_location="cpu")
     weights = {k: v.detach().to(torch.float16).contiguous() for k, v in state["model"].items()}
     # tied weights (the MLM decoder shares the word embeddings) are stored once
     weights.pop("mlm.cls.predictions.decoder.weight", None)
@@ -377,10 +414,12 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
         model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
         head = mlm_path / "label_head.pt"
         if head.exists():  # the pair-label head of pretraining starts the classifier
-            model.classifier.load_state_dict(torch.load(head))
+            model.classifier.load_state_dict(torch.load(head, map_location="cpu"))
+    device = _device(cfg)
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.cross_lr, weight_decay=0.01)
     train, calib = fine_tuning_data(cfg)
-    weights = class_weights([label for _, _, label, _ in train])
+    weights = class_weights([label for _, _, label, _ in train]).to(device)
     cfg.log(f"[teacher cross] {len(train)} training pairs {dict(Counter(l for _, _, l, _ in train))}, "
             f"{len(calib)} round-2 calibration pairs")
     start_step, start_elapsed, best = 0, 0.0, {"loss": math.inf}
@@ -407,10 +446,10 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     def step():
         batch = next(batches)
         firsts, seconds = zip(*[(a, b) if rng.random() < 0.8 else (b, a) for a, b, _, _ in batch])
-        enc = dict(tokenizer(list(firsts), list(seconds), padding=True, truncation=True,
-                             max_length=cfg.max_length, return_tensors="pt"))
-        labels = torch.tensor([label for _, _, label, _ in batch])
-        sample_weights = torch.tensor([w for *_, w in batch], dtype=torch.float32)
+        enc = {k: v.to(device, non_blocking=True) for k, v in tokenizer(
+            list(firsts), list(seconds), padding=True, truncation=True, max_length=cfg.max_length, return_tensors="pt").items()}
+        labels = torch.tensor([label for _, _, label, _ in batch]).to(device)
+        sample_weights = torch.tensor([w for *_, w in batch], dtype=torch.float32).to(device)
         loss = loss_of(enc, labels, sample_weights)
         if cfg.fgm_epsilon > 0:
             # the adversarial pass's gradient is added to the clean one's (the loop steps after this)
@@ -427,7 +466,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     def checkpoint(steps: int, elapsed: float) -> None:
         if elapsed - last_eval["elapsed"] >= cfg.eval_minutes * 60 or elapsed >= cfg.cross_minutes * 60:
             last_eval["elapsed"] = elapsed
-            loss = calib_loss(model, tokenizer, calib, weights, cfg.max_length)
+            loss = calib_loss(model, tokenizer, calib, weights, cfg.max_length, device)
             cfg.log(f"[teacher cross] step {steps} round-2 calib loss {loss:.4f} (best {best['loss']:.4f})")
             if loss < best["loss"]:
                 best.update(loss=loss, step=steps, minutes=elapsed / 60)
@@ -442,7 +481,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
                                 checkpoint_every=cfg.checkpoint_minutes * 60)
     last_eval["elapsed"] = -math.inf
     checkpoint(steps, elapsed)
-    model.load_state_dict(torch.load(best_path))
+    model.load_state_dict(torch.load(best_path, map_location=device))
     CrossEncoder(model.eval(), tokenizer, max_length=cfg.max_length).save(path, half=False)
     stats = {"steps": steps, "minutes": elapsed / 60, "done": True, "train_pairs": len(train),
              "kept_step": best["step"], "kept_minutes": best["minutes"], "round2_calib_loss": best["loss"]}
@@ -464,33 +503,41 @@ class _Backpropagated:
         return float(self.loss)
 
 
-def calib_loss(model, tokenizer, examples, weights: torch.Tensor, max_length: int) -> float:
+def calib_loss(model, tokenizer, examples, weights: torch.Tensor, max_length: int, device: str = "cpu") -> float:
     from mgeo_index import inference
 
     model.eval()
     cross = CrossEncoder(model, tokenizer, max_length=max_length)
-    probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
+    probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device=device)
     gold = torch.tensor([g for *_, g in examples])
-    return float(F.nll_loss(torch.log(torch.tensor(probs).clamp_min(1e-12)), gold, weight=weights))
+    return float(F.nll_loss(torch.log(torch.tensor(probs).clamp_min(1e-12)), gold, weight=weights.cpu()))
 
 
 def load_teacher(path: str | Path) -> CrossEncoder:
     """The teacher network (no feature head, temperature 1) from a checkpoint or snapshot: ``cross_best.pt``,
-    ``cross_checkpoint.pt`` or ``teacher/cross-snapshot.safetensors``; an exported folder loads as any
-    cross-encoder does (``load_cross_encoder``)."""
+    ``cross_checkpoint.pt`` or ``teacher/cross-snapshot.safetensors``, of whatever depth and width the weights
+    have; an exported folder loads as any cross-encoder does (``load_cross_encoder``)."""
     path = Path(path).expanduser()
-    cfg = TeacherConfig(data_dir=Path("."))
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-    model = BertForSequenceClassification(bert_config(cfg, tokenizer))
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         state = load_file(path)
     else:
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=False, map_location="cpu")
         state = state.get("model", state)
+    cfg = TeacherConfig(data_dir=Path("."), **architecture_of(state))
+    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+    model = BertForSequenceClassification(bert_config(cfg, tokenizer))
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return CrossEncoder(model.eval(), tokenizer, max_length=cfg.max_length)
+
+
+def architecture_of(state: dict) -> dict:
+    """A teacher's depth and widths read off its weights (heads of 64 dimensions, as every teacher here has)."""
+    layers = {int(k.split(".")[3]) for k in state if k.startswith("bert.encoder.layer.")}
+    hidden = state["bert.embeddings.word_embeddings.weight"].shape[1]
+    return {"layers": len(layers), "hidden": hidden, "heads": hidden // 64,
+            "intermediate": state["bert.encoder.layer.0.intermediate.dense.weight"].shape[0]}
 
 
 def stage_export(cfg: TeacherConfig, cross: CrossEncoder | Path, target: Path) -> dict:
@@ -543,11 +590,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, required=True, help="the shared data directory")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="checkpoints (outside the work tree)")
     parser.add_argument("--export", type=Path, default=None, help="write the FP16 teacher here when done (teacher/)")
-    for name in ("hidden", "layers", "heads", "intermediate", "mlm_batch", "cross_batch", "seed"):
+    for name in ("hidden", "layers", "heads", "intermediate", "mlm_batch", "cross_batch", "workers", "seed"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TeacherConfig, name))
     for name in ("mlm_minutes", "cross_minutes", "mlm_lr", "cross_lr", "fgm_epsilon", "checkpoint_minutes", "eval_minutes"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TeacherConfig, name))
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    parser.add_argument("--device", default="auto", help="cuda or cpu (auto: cuda where PyTorch sees a GPU)")
     parser.add_argument("--snapshot", type=Path, default=None,
                         help="start from the FP16 pretraining snapshot here when --out has no checkpoint (teacher/)")
     parser.add_argument("--save-snapshot", type=Path, default=None,
