@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the teacher (mgeo_index/training/teacher.py: masked-language pretraining on all address text, then
 # fine-tuning with FGM and multi-sample dropout, the best weights on the round-2 calibration pairs kept) on a
-# lent GPU, 12 layers x 384 (22.8 M parameters, FP16 snapshot 46 MB: within the 60 MB the repository keeps),
+# lent GPU, 12 layers x 384 (22.9 M parameters, FP16 snapshot 44 MB: within the 60 MB the repository keeps),
 # with GPU-sized batches, bf16 autocast, pretraining batches made by 12 worker processes, and stage budgets
 # that fit the device tool's 10-minute call with scripts/device_check.sh after it. Writes to $OUT/train:
 # train.log, teacher.json (every stage's steps, minutes and losses), cross-snapshot.json and the FP16 snapshot
@@ -9,7 +9,10 @@
 #
 # Prepare here (no device time): bash scripts/stage_device_data.sh; git rm --cached teacher/cross-snapshot.safetensors
 #   and ignore it for the call (the tree that travels must stay under 64 MB; `git reset -q` afterwards).
-# Run (device tool): command "bash scripts/device_train.sh; bash scripts/device_check.sh", carry [".device-data"].
+# Run (device tool): command "bash scripts/device_train.sh; OUT=$OUT/check bash scripts/device_check.sh",
+#   carry [".device-data", ".whl"] (.whl from WHEELS="sqlalchemy greenlet rapidfuzz opencc" bash scripts/fetch_device_wheels.sh).
+# Ran on 2026-12-04 (H200): 4.5 minutes with SCALE=0.85; mlm_lr 6e-4 had stalled at the unigram loss (5.71) for
+#   all of an earlier 3.5-minute pretraining, 2e-4 learns (loss 2.37, masked accuracy 0.546).
 # Afterwards, here: cat $FILES/train/cross-snapshot.safetensors.part* > teacher/cross-snapshot.safetensors, copy
 #   cross-snapshot.json beside it, check its sha256, and evaluate it as teacher/README.md says.
 # On a CPU, SCALE=0.01 bash scripts/device_train.sh runs it end to end in a few minutes (a smoke test).
@@ -27,6 +30,9 @@ else
 fi
 PY="${PYTHON:-python3}"
 WORK=/tmp/mgeo-device-teacher
+# a second call on the same (still warm) machine resumes the stages from their checkpoints there; a finished
+# run then only writes its snapshot again. FRESH=1 starts afresh (e.g. after changing a setting below).
+[ "${FRESH:-0}" = 1 ] && rm -rf "$WORK"
 rm -rf "$WORK.snapshot"
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 OUT="$OUT" DATA="$DATA" SCALE="$SCALE" WORK="$WORK" $PY - <<'PY' 2>&1 | tee "$OUT/train/train.log"
