@@ -16,6 +16,8 @@
   addresses and N/2 CCKS catalog entries, each against its nearest CCKS catalog entries by the shipped
   bi-encoder), where the teacher's probabilities are the only target. The teacher's logits are cached in
   ``~/.cache/mgeo-index/distil/``. The weights with the lowest gold loss on the calibration split are kept.
+  With ``--from-teacher 0,2,4,6,8,10`` the student is not the shipped network but the teacher with only these
+  layers (embeddings, pooler and classifier copied): a deeper cut of a stronger network.
 
 The output folder is an uncalibrated cross-encoder: calibrate and score it as the shipped one,
 
@@ -54,6 +56,8 @@ SHIPPED = Path(__file__).resolve().parents[1] / "mgeo_index" / "model" / "defaul
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--mode", choices=("student", "residual", "distil"), required=True)
 parser.add_argument("--layers", default="0,3", help="student: the shipped network's layers kept, in order")
+parser.add_argument("--from-teacher", default=None, metavar="LAYERS",
+                    help="distil: start from the teacher's layers LAYERS (e.g. 0,2,4,6,8,10) instead of the shipped network")
 parser.add_argument("--minutes", type=float, default=20.0)
 parser.add_argument("--teacher", type=Path, help="distil / residual: the teacher's cross_best.pt, checkpoint or FP16 snapshot")
 parser.add_argument("--alpha", type=float, default=0.5, help="distil: weight of the KL to the teacher (labelled pairs)")
@@ -78,10 +82,15 @@ shipped = load_cross_encoder(SHIPPED)  # with its feature head
 network = load_cross_encoder(SHIPPED, stacked=False)
 network.feature_head = network.stack = network.gate = None
 model = copy.deepcopy(network.model)
-if args.mode == "student":
-    keep = [int(i) for i in args.layers.split(",")]
+if args.from_teacher:
+    if args.mode != "distil":
+        parser.error("--from-teacher goes with --mode distil")
+    model = copy.deepcopy(load_teacher(args.teacher).model)
+if args.mode == "student" or args.from_teacher:
+    keep = [int(i) for i in (args.from_teacher or args.layers).split(",")]
     model.bert.encoder.layer = torch.nn.ModuleList([model.bert.encoder.layer[i] for i in keep])
     model.config.num_hidden_layers = len(keep)
+if args.mode == "student":
     pairs = data.ccks_pairs(args.data) + data.shenzhen_pairs(args.data)  # what the shipped network learnt from
 else:
     pairs = data.all_pairs(args.data)
