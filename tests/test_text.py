@@ -3,7 +3,8 @@ import re
 import pytest
 from hypothesis import assume, given, settings as hsettings, strategies as st
 
-from mgeo_index.text import normalize
+from mgeo_index.settings import MAX_QUERY_CHARS
+from mgeo_index.text import model_text, normalize
 from mgeo_index.text.normalize import basic
 from mgeo_index.text.numerals import NUMERAL_CHARS, chinese_to_int
 
@@ -80,6 +81,13 @@ def test_idempotent_on_address_like_text(text):
     once = normalize(text)
     assert normalize(once) == once
     assert normalize(basic(text)) == once  # earlier normalization is subsumed
+
+
+@given(st.text(alphabet=st.sampled_from(ADDRESS_ALPHABET), min_size=0, max_size=300))
+def test_model_text_of_a_normalized_text_skips_normalizing_to_the_same_cut(text):
+    # the service passes the text it normalized while checking the request: same key as from the raw query
+    assert model_text(normalize(text), normalized=True) == model_text(text)
+    assert len(model_text(text)) <= MAX_QUERY_CHARS
 
 
 @given(st.text(alphabet=st.sampled_from("北京朝阳区建国路0123456789号楼栋单元室abc-#"), max_size=40))

@@ -183,7 +183,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
             # once (fresh results come with them from the batch, one store query for the whole batch)
             confirmed = await asyncio.to_thread(
-                loaded.resolver.apply_confirmations, [model_text(queries[i]) for i in hit], [cached[i] for i in hit],
+                loaded.resolver.apply_confirmations, [model_text(normalized[i], normalized=True) for i in hit], [cached[i] for i in hit],
                 top_k=body.top_k, explain=body.explain, rerank=body.rerank)
             for i, answer in zip(hit, confirmed):
                 answers[i] = answer

@@ -110,10 +110,11 @@ def normalize(text: str) -> str:
     return text
 
 
-def model_text(text: str) -> str:
-    """An address as the models read it: normalized, cut to ``settings.MAX_QUERY_CHARS`` (a query, either side of
-    a pair). Reviewers' decisions are stored under a query's ``model_text`` (``labels.query_normalized``)."""
-    return normalize(text)[: settings.MAX_QUERY_CHARS]
+def model_text(text: str, *, normalized: bool = False) -> str:
+    """An address as the models read it: normalized (``normalized``: ``text`` already is), cut to
+    ``settings.MAX_QUERY_CHARS`` (a query, either side of a pair). Reviewers' decisions are stored under a query's
+    ``model_text`` (``labels.query_normalized``)."""
+    return (text if normalized else normalize(text))[: settings.MAX_QUERY_CHARS]
 
 
 def has_content(text: str) -> bool:
