@@ -1,13 +1,14 @@
 """How far a pretrained encoder lifts element tagging (#19): the tagger's CRF over the teacher's transformer.
 
 The shipped tagger (embedding → trigram convolution → BiLSTM 64 → CRF) learns from the 48,335 tagged training
-addresses alone. The teacher (``teacher/cross-snapshot.safetensors``: 8 layers × 384, masked-language pretrained
-on the shared address text, then fine-tuned on the labelled pairs) has read far more address text; here its
+addresses alone. The teacher (``teacher/cross-snapshot.safetensors``: since 2026-12-04 12 layers × 384 trained on a
+GPU, before that 8 × 384 on the CPU; masked-language pretrained on the shared address text, then fine-tuned on the
+labelled pairs) has read far more address text; here its
 encoder replaces the embedding, convolution and BiLSTM, a linear layer gives the emissions, and the same CRF,
 training loop (:func:`mgeo_index.training.tagger.fit`), split and scoring as ``scripts/train_tagger.py`` follow.
 It prints the test F1, pooled and per tagged file, as ``train_tagger`` reports them, so the two read side by side.
-Not a shipped model (15.8 M parameters against the tagger's 0.53 M): it measures whether pretraining is
-the lever for the element-F1 target (README, *Session 21*: it is not).
+Not a shipped model (15.8 M or 22.9 M parameters against the tagger's 0.53 M): it measures whether pretraining is
+the lever for the element-F1 target (README, *Session 21* and the 2026-12-04 run: it is not).
 
     OMP_NUM_THREADS=1 python scripts/eval_pretrained_tagger.py --data ../shared/data --minutes 60
 """
