@@ -82,10 +82,11 @@ shipped = load_cross_encoder(SHIPPED)  # with its feature head
 network = load_cross_encoder(SHIPPED, stacked=False)
 network.feature_head = network.stack = network.gate = None
 model = copy.deepcopy(network.model)
+teacher = load_teacher(args.teacher) if args.teacher else None  # read once: targets, and --from-teacher's start
 if args.from_teacher:
     if args.mode != "distil":
         parser.error("--from-teacher goes with --mode distil")
-    model = copy.deepcopy(load_teacher(args.teacher).model)
+    model = copy.deepcopy(teacher.model)
 if args.mode == "student" or args.from_teacher:
     keep = [int(i) for i in (args.from_teacher or args.layers).split(",")]
     model.bert.encoder.layer = torch.nn.ModuleList([model.bert.encoder.layer[i] for i in keep])
@@ -146,7 +147,6 @@ if args.mode == "student":  # the targets: the shipped network's logits
     targets = torch.tensor(pair_logits(network, [e[:3] for e in train])).float()
     calib_targets = torch.tensor(pair_logits(network, [e[:3] for e in calib])).float()
 elif args.mode == "distil":  # the targets: the teacher's logits over its temperature on the calibration split
-    teacher = load_teacher(args.teacher)
     train = train + (unlabelled_pairs(args.unlabelled) if args.unlabelled else [])
     calib_logits = teacher_logits(calib)
     temperature = fit_temperature(calib_logits, np.array([e[2] for e in calib]))
@@ -164,8 +164,7 @@ else:  # the fixed offsets: the feature head's logits
             return shipped.feature_head(x).float()
 
     targets, calib_targets = head_logits(train), head_logits(calib)
-    if args.teacher:  # the residual of a stack with the teacher: soft targets, the head and network stacked as shipped
-        teacher = load_teacher(args.teacher)
+    if teacher is not None:  # the residual of a stack with the teacher: soft targets, the head and network stacked as shipped
         gold_c = torch.tensor([e[2] for e in calib])
         columns = {"train": [targets.double(), torch.tensor(pair_logits(network, [e[:3] for e in train]))],
                    "calib": [calib_targets.double(), torch.tensor(pair_logits(network, [e[:3] for e in calib]))]}
