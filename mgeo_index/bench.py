@@ -52,14 +52,9 @@ def naive_score(cross, first: Sequence[str], second: Sequence[str]) -> np.ndarra
 LINEAR_OPS = frozenset({"quantized::linear_dynamic", "aten::addmm", "aten::mm", "aten::_int_mm"})
 
 
-def linear_share(fn) -> float | None:
-    """Share of one call's time spent in the Linear layers' GEMMs (torch profiler; None when the backend
-    runs outside torch, e.g. ONNX Runtime).
-
-    The GEMMs are the arithmetic no batching can remove: with everything else (attention, GELU,
-    LayerNorm, tokenization, Python) free, the engine would be ``1 / share`` times faster, which puts a
-    ceiling on its ratio to the naive loop. The profiler's own overhead lands outside the GEMMs, so the
-    share is, if anything, understated and the ceiling generous."""
+def gemm_profile(fn) -> tuple[dict[str, int], float, float]:
+    """One call of ``fn`` under the torch profiler: (calls of each GEMM op in LINEAR_OPS, their self time in µs,
+    the call's wall time in µs)."""
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU])
@@ -72,7 +67,19 @@ def linear_share(fn) -> float | None:
     finally:
         with _native_stderr_silenced():
             prof.__exit__(None, None, None)
-    linear_us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in LINEAR_OPS)
+    events = [e for e in prof.key_averages() if e.key in LINEAR_OPS]
+    return {e.key: e.count for e in events}, sum(e.self_cpu_time_total for e in events), wall_us
+
+
+def linear_share(fn) -> float | None:
+    """Share of one call's time spent in the Linear layers' GEMMs (torch profiler; None when the backend
+    runs outside torch, e.g. ONNX Runtime).
+
+    The GEMMs are the arithmetic no batching can remove: with everything else (attention, GELU,
+    LayerNorm, tokenization, Python) free, the engine would be ``1 / share`` times faster, which puts a
+    ceiling on its ratio to the naive loop. The profiler's own overhead lands outside the GEMMs, so the
+    share is, if anything, understated and the ceiling generous."""
+    _, linear_us, wall_us = gemm_profile(fn)
     return linear_us / wall_us if linear_us > 0 else None
 
 
