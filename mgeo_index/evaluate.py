@@ -66,20 +66,53 @@ def read_labeled_pairs(path: str | Path, split: str = "all", source: str | None 
 
 
 def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device: str | None = None,
-                   grouped: bool = True) -> dict:
+                   grouped: bool = True, numbers: str | None = None) -> dict:
     """The report of ``mgeo-index eval pairs``; ``grouped``: consecutive pairs sharing their first address are a
     query's candidates, labelled together by the model's group head (:mod:`mgeo_index.model.group_head`), as
-    ``mgeo-index match`` does (the same :func:`mgeo_index.match.score_sides`); False: every pair alone."""
+    ``mgeo-index match`` does (the same :func:`mgeo_index.match.score_sides`); False: every pair alone.
+    ``numbers``: the number policy (:mod:`mgeo_index.model.numbers`)."""
     from mgeo_index.match import score_sides
     from mgeo_index.text import model_text
 
-    probs, decided, _ = score_sides(cross, [model_text(x) for x in a], [model_text(y) for y in b], device=device, grouped=grouped)
+    probs, decided, _ = score_sides(cross, [model_text(x) for x in a], [model_text(y) for y in b], device=device,
+                                    grouped=grouped, numbers=numbers)
     order = [cross.labels.index(label) for label in LABELS]  # report columns in LABELS order
     predicted = [LABELS.index(cross.labels[i]) for i in decided]
     probs = probs[:, order]
     report = classification_report(gold, predicted, LABELS)
     report["ece"] = expected_calibration_error(probs, gold)
     report["_probs"] = probs
+    return report
+
+
+def evaluate_numbers(cross, pairs: dict[str, list[tuple[str, str, str]]], *, device: str | None = None,
+                     numbers: str | None = None) -> dict:
+    """How the model labels the number test set (:func:`mgeo_index.training.data.number_pairs`), each pair alone:
+    ``changed`` (one number changed: another place) and ``controls`` (the same place written otherwise), each with
+    its pairs, the share labelled ``exact_match`` overall and by kind, and the share whose parses report a number
+    conflict (for the controls: conflicts that are not one)."""
+    from mgeo_index.features import number_conflicts, parse_distinct
+    from mgeo_index.match import score_sides
+    from mgeo_index.text import model_text
+
+    exact = cross.labels.index("exact_match")
+    report = {}
+    for part in ("changed", "controls"):
+        rows = pairs[part]
+        a, b = [model_text(x) for x, _, _ in rows], [model_text(y) for _, y, _ in rows]
+        _, decided, _ = score_sides(cross, a, b, device=device, numbers=numbers)
+        parsed = parse_distinct(a + b)
+        conflict = [bool(number_conflicts(pa, pb)) for pa, pb in zip(parsed[: len(a)], parsed[len(a):])]
+        by_kind: dict[str, list[int]] = {}
+        for (_, _, kind), d in zip(rows, decided):
+            by_kind.setdefault(kind, []).append(int(d == exact))
+        report[part] = {
+            "pairs": len(rows),
+            "exact_match": round(float(np.mean(decided == exact)), 4) if rows else None,
+            "number_conflict": round(float(np.mean(conflict)), 4) if rows else None,
+            "exact_match_by_kind": {k: {"pairs": len(v), "exact_match": round(float(np.mean(v)), 4)}
+                                    for k, v in sorted(by_kind.items())},
+        }
     return report
 
 

@@ -248,6 +248,107 @@ def _spans(parsed: dict) -> dict[str, str]:
     return out
 
 
+# Elements that carry a number: a different number on both sides is a different place (road number, building,
+# floor), or a different door within one (unit, room). See :mod:`mgeo_index.model.numbers` for the decision.
+NUMBERED = ("roadno", "building", "unit", "floor", "room")
+_NUMBER_TOKENS = re.compile(r"[0-9]+|[a-z]+")
+_RANGE = re.compile(r"^([0-9]+)-([0-9]+)(?:号|弄|栋|幢)")  # 4-6号: numbers 4 to 6 (one plot, several numbers)
+
+
+def number_value(name: str, span: str) -> tuple[str, ...]:
+    """The number an element span writes, as comparable tokens: digits without leading zeros and letters
+    (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), 7-6-1046 → ('7', '6', '1046')). A floor's ``f`` is
+    its marker, not part of the number (12f → ('12',)). Chinese and full-width numerals are digits already
+    (:func:`~mgeo_index.text.normalize`). Empty when the span writes no number (东座)."""
+    tokens = _NUMBER_TOKENS.findall(normalize(span))
+    if name == "floor":
+        tokens = [t for t in tokens if t.isdigit()]
+    return tuple(t.lstrip("0") or "0" if t.isdigit() else t for t in tokens)
+
+
+def numbers_agree(name: str, a: str, b: str) -> bool:
+    """Whether two spans of element ``name`` can write the same number. They agree when:
+
+    - their values are equal, or one's tokens run inside the other's (a more specific writing: 316栋 ~ d316幢,
+      g栋 ~ g栋-1号, 16#-5号 ~ 16号);
+    - a range holds the other side's number (4-6号 ~ 5号, 21-23号 ~ 22号);
+    - one side is bare digits that start with the other's number and go on for a room number (12706 ~ 12号:
+      12号706 with its 号 dropped);
+    - either side writes no number at all (no evidence)."""
+    va, vb = number_value(name, a), number_value(name, b)
+    if not va or not vb or va == vb:
+        return True
+    short, long = sorted((va, vb), key=len)
+    if any(long[i : i + len(short)] == short for i in range(len(long) - len(short) + 1)):
+        return True
+    for range_span, other in ((a, vb), (b, va)):
+        m = _RANGE.match(normalize(range_span))
+        if m and len(other) == 1 and other[0].isdigit() and int(m[1]) <= int(other[0]) <= int(m[2]):
+            return True
+    for bare, marked in ((a, vb), (b, va)):
+        if normalize(bare).isdigit() and len(marked) == 1 and bare.startswith(marked[0]) and len(bare) >= len(marked[0]) + 3:
+            return True
+    return False
+
+
+def _number_spans(parsed: dict) -> dict[str, list[str]]:
+    """Numbered element → its spans (each alone: 478号 and 12号 in one address are two road numbers)."""
+    out: dict[str, list[str]] = {}
+    for e in parsed["elements"]:
+        name = PARSED_ELEMENTS.get(e["label"])
+        if name in NUMBERED:
+            out.setdefault(name, []).append(e["text"])
+    return out
+
+
+_ADMIN_LABELS = ("prov", "city", "district", "town")
+
+
+def _digit_runs(parsed: dict) -> tuple[str, ...]:
+    """The numbers an address writes, in order (maximal digit runs of its normalized text, leading zeros dropped)."""
+    return tuple(run.lstrip("0") or "0" for run in _NUMBERS.findall(parsed["text"]))
+
+
+def _skeleton(parsed: dict) -> str:
+    """The address below its admin levels with every number replaced by ``#``: 北山道247号 → 北山道#号."""
+    text, admin = parsed["text"], [(e["start"], e["end"]) for e in parsed["elements"] if e["label"] in _ADMIN_LABELS]
+    end = max((e for _, e in admin), default=0)
+    return _NUMBERS.sub("#", text[end:])
+
+
+def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
+    """Where two parsed addresses write different numbers for the same thing: ``{element: (query, candidate)}``.
+
+    - Both write the same numbers in the same order: no conflict, however the tagger split them (沁芳里682 read
+      as building 6, room 82 on one side and building 68, room 2 on the other).
+    - A numbered element (road number, building, unit, floor, room) both sides write with no number in common
+      (:func:`numbers_agree`; an element with several spans conflicts only when no span of one side agrees with a
+      span of the other); the spans of one element joined. Road numbers count only on the same road (or where
+      neither side names one); a span the other side writes too, read there as another element, is no conflict.
+    - Otherwise, the two addresses below their admin levels are the same text but for their numbers (白云拂公馆152
+      / 白云拂公馆1592, where the tagger reads the bare digits differently on each side): element ``numbers``.
+
+    An element written on one side only is no conflict."""
+    runs_a, runs_b = _digit_runs(qa), _digit_runs(qb)
+    if runs_a == runs_b:
+        return {}
+    sa, sb = _number_spans(qa), _number_spans(qb)
+    spans_a, spans_b = ({normalize(t) for spans in side.values() for t in spans} for side in (sa, sb))
+    roads = [_spans(q).get("road") for q in (qa, qb)]
+    out = {}
+    for name in NUMBERED:
+        if name not in sa or name not in sb or any(numbers_agree(name, x, y) for x in sa[name] for y in sb[name]):
+            continue
+        if name == "roadno" and (bool(roads[0]) != bool(roads[1]) or roads[0] and not _same("road", *roads)):
+            continue  # a number of another road (or of a road one side does not name): not comparable
+        if any(normalize(t) in spans_b for t in sa[name]) or any(normalize(t) in spans_a for t in sb[name]):
+            continue  # the other side writes this very span, read as another element (75号 a road number, a building)
+        out[name] = ("".join(sa[name]), "".join(sb[name]))
+    if not out and runs_a and runs_b and _skeleton(qa) == _skeleton(qb):
+        out["numbers"] = ("-".join(runs_a), "-".join(runs_b))
+    return out
+
+
 def _same(name: str, a: str, b: str) -> bool:
     kind = "poi" if name == "subpoi" else name
     ca, cb = _core(kind, a), _core(kind, b)
@@ -264,10 +365,12 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
 
     Admin levels are compared by official code when both sides resolve, inferred levels included
     (南山区… and 深圳市南山区… agree on the city); the sides then hold the standard names. Other
-    elements compare their cores (numbers for numbered parts, containment for roads, fuzzy for POIs).
+    elements compare their cores (numbers for numbered parts: :func:`number_conflicts`; containment for roads,
+    fuzzy for POIs).
     Elements absent on both sides are left out.
     """
     sa, sb = _spans(qa), _spans(qb)
+    conflicts = number_conflicts(qa, qb)
     admin_a, admin_b = qa["admin"], qb["admin"]
     rows = {}
     for name in EXPLAIN_ORDER:
@@ -277,7 +380,12 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
             a, b = admin_a[name], admin_b[name]
             state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
         elif a and b:
-            state = "agree" if _same(name, a, b) else "differ"
+            if name in conflicts:
+                state = "differ"
+            elif name in NUMBERED and number_value(name, a) and number_value(name, b):
+                state = "agree"  # a number in common (ranges, several spans: number_conflicts)
+            else:
+                state = "agree" if _same(name, a, b) else "differ"
         elif a:
             state = "only_a"
         elif b:
@@ -285,6 +393,8 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
         else:
             continue
         rows[name] = (state, a, b, inferred)
+    if "numbers" in conflicts:  # the same text but for its numbers, which the tagger read differently
+        rows["numbers"] = ("differ", *conflicts["numbers"], [])
     return rows
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from mgeo_index import features, files, inference
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import group_head
+from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.text import has_content, model_text
 
@@ -17,21 +18,25 @@ PAIR_COLUMNS = ("a", "b")
 
 
 def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False,
-                grouped: bool = False):
+                grouped: bool = False, numbers: str | None = None):
     """(probabilities, decided label indices, per pair :func:`features.explain_parsed` or None) for pairs
     of :func:`mgeo_index.text.model_text` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
     and for the explanations alike, so an explanation describes the text that was scored. ``grouped``: the
     consecutive pairs sharing their first side are a query's candidates, judged together by the model's group
-    head (:mod:`mgeo_index.model.group_head`; without one, each pair alone)."""
+    head (:mod:`mgeo_index.model.group_head`; without one, each pair alone). ``numbers``: the number policy
+    (:mod:`mgeo_index.model.numbers`; strict by default)."""
     n = len(a)
     stacked = cross.feature_head is not None
-    parsed = features.parse_distinct(a + b) if n and (explain or stacked) else None
+    strict = number_policy.check_mode(numbers) == "strict"
+    parsed = features.parse_distinct(a + b) if n and (explain or stacked or strict) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
     if grouped and cross.group_head is not None:
         probs, decided = group_head.score_groups(cross, a, b, features=pair_features, device=device)
     else:
         probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
         decided = cross.decide(probs)
+    if strict and n:
+        probs, decided = number_policy.apply(cross, probs, decided, number_policy.conflicting(parsed[:n], parsed[n:]), numbers)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
     return probs, decided, explained
 

@@ -15,6 +15,7 @@ import torch
 
 from mgeo_index import inference, features, generations, kernels, settings, sparse as sparse_index, store, vector_store
 from mgeo_index.model.bi_encoder import BiEncoder
+from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.settings import LABELS
@@ -54,6 +55,7 @@ class Resolver:
     device: str
 
     sparse: object | None = None  # sparse.SparseIndex, for hybrid retrieval
+    numbers: str = number_policy.DEFAULT  # the number policy of reranked labels (mgeo_index.model.numbers)
 
     def resolve(
         self,
@@ -67,6 +69,7 @@ class Resolver:
         rerank_depth: int | None = None,
         confirmed: bool = True,
         parses: Sequence[dict] | None = None,
+        numbers: str | None = None,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
@@ -79,8 +82,12 @@ class Resolver:
         how many of the pool the cross-encoder's network scores, at least ``top_k`` [RERANK_DEPTH].
         ``confirmed``: put what reviewers decided for these query texts on top (:meth:`apply_confirmations`).
         ``parses``: the queries' :func:`~mgeo_index.text.parser.parse` results, when the caller has them (a
-        normalize job parses each address once, for its admin columns and for this).
+        normalize job parses each address once, for its admin columns and for this). ``numbers``: ``strict``
+        (a candidate writing another road / house / building / floor / unit / room number than the query is not
+        ``exact_match`` and ranks below those that agree) or ``loose`` (the scorer alone); the resolver's own
+        setting when None (:mod:`mgeo_index.model.numbers`).
         """
+        numbers = number_policy.check_mode(numbers or self.numbers)
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
         if parses is not None and len(parses) != len(queries):
@@ -107,9 +114,9 @@ class Resolver:
                 rankings.append(core_ranking)
                 weights.append(CORE_WEIGHT)
         candidates = sparse_index.fuse(rankings, depth, weights)
-        stacked = reranking and self.cross.feature_head is not None
+        needs_parses = reranking and (self.cross.feature_head is not None or numbers == "strict")  # stacked scorer, policy
         query_parses = None
-        if admin_filter or explain or stacked:
+        if admin_filter or explain or needs_parses:
             query_parses = list(parses) if parses is not None else parse(normalized)
         if admin_filter:
             candidates = self._same_admin(query_parses, candidates)
@@ -133,10 +140,11 @@ class Resolver:
                     for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row], stored))
                 ]
             )
-        # per query: (its parse, {entry id: parse}), for the stacked scorer and explanations
-        parsed = self._parses(query_parses, results) if explain or stacked else None
+        # per query: (its parse, {entry id: parse}), for the stacked scorer, the number policy and explanations
+        parsed = self._parses(query_parses, results) if explain or needs_parses else None
         if reranking:
-            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth), parsed)
+            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth), parsed,
+                         numbers)
         for matches in results:
             del matches[top_k:]
             for m in matches:
@@ -195,17 +203,19 @@ class Resolver:
 
     def _explain_one(self, query: str, entry_id: int, entry_normalized: str) -> dict:
         stored = self._current_elements([entry_id])
-        candidate = stored.get(entry_id) or parse([entry_normalized])[0]
+        candidate = stored[entry_id] | {"text": entry_normalized} if entry_id in stored else parse([entry_normalized])[0]
         return features.explain_parsed(parse([query])[0], candidate)
 
     def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
-        """Each query's parse with its candidates' parses: read from the store (written by ``build``),
-        parsed now for entries built before that existed or by another parser version."""
+        """Each query's parse with its candidates' parses: read from the store (written by ``build``; with the
+        entry's normalized ``text``, as a parse has it), parsed now for entries built before that existed or by
+        another parser version."""
         known = self._current_elements([m["id"] for matches in results for m in matches])
         missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
         fresh = dict(zip(missing, parse(missing))) if missing else {}
         return [
-            (query, {m["id"]: known.get(m["id"]) or fresh[m["_normalized"]] for m in matches})
+            (query, {m["id"]: known[m["id"]] | {"text": m["_normalized"]} if m["id"] in known else fresh[m["_normalized"]]
+                     for m in matches})
             for query, matches in zip(query_parses, results)
         ]
 
@@ -245,13 +255,14 @@ class Resolver:
         self.engine.dispose()
 
     def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int,
-                parsed: list[tuple[dict, dict[int, dict]]] | None) -> None:
+                parsed: list[tuple[dict, dict[int, dict]]] | None, numbers: str = number_policy.DEFAULT) -> None:
         """Score each query's candidates with the cross-encoder and sort them best first.
 
         A stacked cross-encoder first cuts each pool to its ``depth`` most promising candidates by the
         feature head alone (plus the retrieval share of the ranking key), so the network — the largest part
         of a query's time — runs on those only; the features are computed once for both steps, from
-        the ``parsed`` queries and candidates (:meth:`_parses`).
+        the ``parsed`` queries and candidates (:meth:`_parses`). ``numbers``: the number policy, applied to
+        the probabilities and labels before the candidates are ordered.
         """
         cross = self.cross
         labels = cross.labels
@@ -280,6 +291,11 @@ class Resolver:
                 pair_features = pair_features[kept]
         probs = inference.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
         decided = cross.decide(probs)
+        if numbers == "strict":  # conflicting numbers: not exact_match, ranked by the policy's low P(exact_match)
+            conflicts = number_policy.conflicting(
+                [query for (query, _), matches in zip(parsed, results) for _ in matches],
+                [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches])
+            probs, decided = number_policy.apply(cross, probs, decided, conflicts, numbers)
         row = 0
         for matches in results:
             for m in matches:

@@ -84,6 +84,13 @@ def _recorded_database(index_dir: Path) -> str | None:
     return recorded if isinstance(recorded, str) else None
 
 
+def numbers(mode: str | None = None) -> str:
+    """The number policy (:mod:`mgeo_index.model.numbers`): ``--numbers`` > ``MGEO_INDEX_NUMBERS`` > strict."""
+    from mgeo_index.model.numbers import check_mode
+
+    return check_mode(mode or env("NUMBERS"))
+
+
 def device(name: str | None = None) -> str:
     """Torch device: ``--device`` > ``MGEO_INDEX_DEVICE`` > cuda when available > cpu."""
     import re

@@ -3,7 +3,8 @@
 `mgeo-index train` ends with this step; run it alone when the features or the parser changed (the
 model then refuses to load and names this script), or after swapping in another network:
 temperature, the feature head and its stacking weights, the label decision offsets and the group head.
-`--decision-only` refits just the decision offsets and the group head (a few minutes). The group head's stack and
+`--decision-only` refits just the decision offsets and the group head (a few minutes); `--numbers-only` just the
+number policy (seconds). The group head's stack and
 offsets are fitted on the calibration and dev splits, so its figures are cross-validated (`group_head_cv`). `--metrics` records the new calibration, the
 dev-split figures and the new fingerprint in that metrics.json (the shipped model's, for instance).
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import recalibrate
+from mgeo_index.training.calibrate import recalibrate, refit_number_policy
 from mgeo_index.training.group import cross_validate, group_head_pairs
 from mgeo_index.training.train import evaluate_pairs
 
@@ -25,17 +26,21 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, required=True, help="cross-encoder directory (rewritten in place)")
 parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="the shared data folder")
 parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets and the group head")
+parser.add_argument("--numbers-only", action="store_true",
+                    help="refit only the number policy (how pairs whose numbers conflict are scored), in the manifest")
 parser.add_argument("--head", choices=("mlp", "trees"), default="mlp",
                     help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (measured, not "
                          "shipped: see the README)")
 parser.add_argument("--metrics", type=Path, help="metrics.json to update with the calibration and dev figures")
 args = parser.parse_args()
-stats = recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head)
+stats = ({"number_policy": refit_number_policy(args.model, args.data)} if args.numbers_only
+         else recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head))
 print(json.dumps(stats, ensure_ascii=False))
 if args.metrics:
     metrics = json.loads(args.metrics.read_text())
     cross = load_cross_encoder(args.model)
-    stage = metrics["stages"]["calibration"] if args.decision_only else {}  # a full refit replaces the stage
+    # a full refit replaces the stage
+    stage = metrics["stages"]["calibration"] if args.decision_only or args.numbers_only else {}
     metrics["stages"]["calibration"] = stage | stats | {"refitted": f"scripts/recalibrate.py, {datetime.date.today()}"}
     metrics["ccks_dev"] = evaluate_pairs(cross, data.ccks_pairs(args.data))  # each query's candidates together
     metrics["ccks_dev_pairwise"] = evaluate_pairs(cross, data.ccks_pairs(args.data), grouped=False)

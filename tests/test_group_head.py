@@ -156,7 +156,9 @@ def test_match_labels_a_query_among_its_candidates_and_pairwise_alone(shipped, t
         _write_pairs(tmp_path / "one.tsv", [(q, c)])
         match_file(tmp_path / "one.tsv", tmp_path / "one_out.tsv", shipped, device="cpu", grouped=False)
         alone.extend(_read_scores(tmp_path / "one_out.tsv"))
-    assert _read_scores(pairwise) == alone
+    together = _read_scores(pairwise)  # the same labels; probabilities up to the GEMMs' rounding at another batch size
+    assert [label for label, _ in together] == [label for label, _ in alone]
+    assert np.allclose([float(p) for _, p in together], [float(p) for _, p in alone], atol=1e-5)
     labels = [label for label, _ in _read_scores(grouped)]
     assert labels[0] == "exact_match" and labels[2] == "not_match"  # 88号 itself; another city
     assert labels[-1] == "not_match"

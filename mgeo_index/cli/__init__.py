@@ -52,9 +52,10 @@ db_app.command("downgrade")(db_commands.db_downgrade)
 db_app.command("current")(db_commands.db_current)
 app.add_typer(db_app, name="db")
 
-eval_app = typer.Typer(help="Measure match quality: pair classification and retrieval.", no_args_is_help=True)
+eval_app = typer.Typer(help="Measure match quality: pair classification, retrieval and the number test set.", no_args_is_help=True)
 eval_app.command("pairs")(eval_commands.eval_pairs)
 eval_app.command("retrieval")(eval_commands.eval_retrieval)
+eval_app.command("numbers")(eval_commands.eval_numbers)
 app.add_typer(eval_app, name="eval")
 
 labels_app = typer.Typer(help="Reviewers' labels as files (a, b, label).", no_args_is_help=True)

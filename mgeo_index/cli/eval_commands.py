@@ -11,9 +11,10 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Pairwise, RerankDepth, Retrieval, Split,
+    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, RerankDepth,
+    Retrieval, Split,
 )
-from mgeo_index.cli.render import confusion_table, console, print_bench, report_table, retrieval_table
+from mgeo_index.cli.render import confusion_table, console, numbers_table, print_bench, report_table, retrieval_table
 
 
 def eval_pairs(
@@ -51,6 +52,38 @@ def eval_pairs(
     console.print(confusion_table(report))
     if plot is not None:
         console.print(f"reliability diagram → {escape(str(plot))}")
+
+
+def eval_numbers(
+    data: Annotated[Path, typer.Option("--data", help="The shared data folder (its tagged address files).")] = SHARED_DATA,
+    split: Annotated[str, typer.Option(help="Tagged addresses of this split (test: never used for a choice; dev).")] = "test",
+    numbers: Numbers = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    cross_model: CrossModel = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """The number test set: tagged addresses paired with themselves with one number changed (another place) and
+    with the same place written otherwise (without province and city, in Chinese numerals, full-width).
+
+    Example: mgeo-index eval numbers --data ../shared/data --numbers strict
+    """
+    from mgeo_index.evaluate import evaluate_numbers
+    from mgeo_index.model.loading import load_cross
+    from mgeo_index.training.data import NUMBER_TEST_FILES, number_pairs
+    from mgeo_index.training.tagger import load_examples
+
+    with friendly_errors():
+        if split not in ("dev", "test"):
+            raise ValueError(f"--split must be dev or test, not {split!r}")
+        pairs = number_pairs(load_examples(data, NUMBER_TEST_FILES)[split])
+        dev = settings.device(device)
+        report = evaluate_numbers(load_cross(cross_model, device=dev, backend=backend), pairs, device=dev,
+                                  numbers=settings.numbers(numbers))
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    console.print(numbers_table(f"number test set ({split}, numbers {settings.numbers(numbers)})", report))
 
 
 def eval_retrieval(

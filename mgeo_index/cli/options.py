@@ -24,6 +24,10 @@ Backend = Annotated[str | None, typer.Option("--backend", help=(
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
+Numbers = Annotated[str | None, typer.Option("--numbers", help=(
+    "strict: two addresses writing different road / house / building / floor / unit / room numbers are never "
+    "exact_match; loose: the scorer alone, for catalogs whose numbers are unreliable (POI lists) "
+    "\\[env MGEO_INDEX_NUMBERS; default: strict]."))]
 Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
 Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
     "Label every pair alone; by default consecutive rows sharing their first address are one query's candidates, "

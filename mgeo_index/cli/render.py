@@ -186,6 +186,20 @@ def report_table(title: str, report: dict) -> Table:
     return table
 
 
+def numbers_table(title: str, report: dict) -> Table:
+    """:func:`mgeo_index.evaluate.evaluate_numbers`: the share labelled exact_match, by kind of pair."""
+    table = Table(title=escape(title))
+    for name in ("pairs", "kind", "count", "exact_match", "number conflict"):
+        table.add_column(name, justify="left" if name in ("pairs", "kind") else "right")
+    for part, want in (("changed", "another place"), ("controls", "the same place")):
+        r = report[part]
+        table.add_row(f"{part} ({want})", "all", str(r["pairs"]), f"{r['exact_match']:.4f}", f"{r['number_conflict']:.4f}",
+                      style="bold")
+        for kind, k in r["exact_match_by_kind"].items():
+            table.add_row("", kind, str(k["pairs"]), f"{k['exact_match']:.4f}", "")
+    return table
+
+
 def confusion_table(report: dict) -> Table:
     table = Table(title="Confusion (rows: gold, columns: predicted)")
     table.add_column("gold \\ predicted")

@@ -92,6 +92,8 @@ class CrossEncoder(torch.nn.Module):
         self.gate: dict | None = None
         # a query's candidates judged together where a file lists them (mgeo_index.model.group_head)
         self.group_head = None
+        # how pairs whose numbers conflict are scored (mgeo_index.model.numbers), fitted on the calibration split
+        self.number_policy: dict | None = None
 
     @property
     def group_head(self) -> GroupHead | None:
@@ -169,6 +171,8 @@ class CrossEncoder(torch.nn.Module):
             manifest["decision_offsets"] = dict(zip(self.labels, self.decision_offsets))
         if self.gate is not None and self.feature_head is not None:
             manifest["gate"] = self.gate
+        if self.number_policy is not None:
+            manifest["number_policy"] = self.number_policy
         (path / GROUP_HEAD).unlink(missing_ok=True)
         if self.group_head is not None:
             manifest["group_head"] = self.group_head.manifest()
@@ -240,6 +244,12 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
         if set(offsets) != set(labels):
             raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
         cross.decision_offsets = [float(offsets[label]) for label in labels]
+    if manifest.get("number_policy"):
+        policy = manifest["number_policy"]
+        if not isinstance(policy, dict) or not {"exact_match", "partial_vs_not"} <= set(policy):
+            raise ModelError(f"{path}: number_policy in its manifest must give exact_match and partial_vs_not; "
+                             f"found {policy!r}.")
+        cross.number_policy = policy
     if stacked and group_head and manifest.get("group_head") and cross.feature_head is not None:  # stacks the feature head's logits
         from mgeo_index.features import FEATURE_NAMES
 

@@ -31,3 +31,23 @@ def chinese_to_int(text: str) -> int:
     if digit is not None:
         total += digit
     return total
+
+
+def int_to_chinese(value: int) -> str:
+    """``value`` (0–9,999) in Chinese numerals as addresses write them: 88 → 八十八, 105 → 一百零五, 12 → 十二."""
+    if not 0 <= value < 10_000:
+        raise ValueError(f"{value} is outside 0–9,999")
+    if value == 0:
+        return "零"
+    names = "零一二三四五六七八九"
+    out, pending_zero = "", False
+    for unit, unit_name in ((1000, "千"), (100, "百"), (10, "十"), (1, "")):
+        digit = value // unit % 10
+        if digit == 0:
+            pending_zero = bool(out)
+            continue
+        if pending_zero:
+            out += "零"
+            pending_zero = False
+        out += ("" if unit == 10 and digit == 1 and not out else names[digit]) + unit_name
+    return out

@@ -252,9 +252,68 @@ def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> N
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
 
 
+def fit_number_policy(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> dict:
+    """Set ``cross.number_policy`` (:mod:`mgeo_index.model.numbers`) from the pairs of held-out (a, b, LABELS
+    index) ``examples`` whose numbers conflict: P(exact_match) their share of ``exact_match`` (add-one smoothed),
+    and the factor on the scorer's partial / not odds (as :func:`mgeo_index.match.score_sides` gives them pair by
+    pair under ``loose``) by likelihood on those labelled partial or not. With fewer than 50 conflicting pairs
+    the policy keeps its defaults (``cross.number_policy`` None). Returns what was fitted, on how many pairs."""
+    from mgeo_index.features import parse_distinct
+    from mgeo_index.match import score_sides
+    from mgeo_index.model import numbers
+
+    a, b = [normalize(x) for x, _, _ in examples], [normalize(y) for _, y, _ in examples]
+    parsed = parse_distinct(a + b)
+    rows = np.flatnonzero(numbers.conflicting(parsed[: len(a)], parsed[len(a):]))
+    if len(rows) < 50:
+        cross.number_policy = None
+        return {"conflicting_pairs": int(len(rows)), "policy": None}
+    gold = np.array([cross.labels.index(LABELS[examples[i][2]]) for i in rows])
+    probs, _, _ = score_sides(cross, [a[i] for i in rows], [b[i] for i in rows], numbers="loose")
+    partial, other = cross.labels.index("partial_match"), cross.labels.index("not_match")
+    two = np.isin(gold, (partial, other))
+    log_odds = torch.tensor(np.log(np.clip(probs[two, partial], 1e-12, None)) - np.log(np.clip(probs[two, other], 1e-12, None)))
+    is_partial = torch.tensor((gold[two] == partial).astype(np.float64))
+    shift = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([shift], max_iter=100, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(log_odds + shift, is_partial)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    exact = (int((gold == cross.labels.index("exact_match")).sum()) + 1) / (len(rows) + 2)
+    cross.number_policy = {"exact_match": round(exact, 4), "partial_vs_not": round(float(shift.detach()), 4), "pairs": int(len(rows))}
+    before = numbers.conflict_probabilities(probs, cross.labels, None)
+    after = numbers.conflict_probabilities(probs, cross.labels, cross.number_policy)
+
+    def nll(p: np.ndarray) -> float:
+        return float(-np.mean(np.log(np.clip(p[np.arange(len(gold)), gold], 1e-12, None))))
+
+    return {"conflicting_pairs": int(len(rows)), "policy": cross.number_policy,
+            "gold": {label: int((gold == i).sum()) for i, label in enumerate(cross.labels)},
+            "nll_scorer": nll(probs), "nll_unfitted_policy": nll(before), "nll_fitted_policy": nll(after)}
+
+
+def refit_number_policy(cross_dir: Path, data_dir: Path) -> dict:
+    """:func:`fit_number_policy` on the CCKS calibration split for the cross-encoder in ``cross_dir``, written into
+    its manifest alone (weights, heads and the rest of the calibration untouched)."""
+    from mgeo_index.model.cross_encoder import KIND
+    from mgeo_index.model.manifest import read_manifest, write_manifest
+
+    cross = load_cross_encoder(cross_dir)
+    stats = fit_number_policy(cross, data.split_examples(data.ccks_pairs(data_dir), "calib"))
+    manifest = {k: v for k, v in read_manifest(cross_dir, KIND).items() if k not in ("versions", "number_policy")}
+    write_manifest(cross_dir, manifest | ({"number_policy": cross.number_policy} if cross.number_policy else {}))
+    return stats
+
+
 def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False, head: str = "mlp") -> dict:
     """Calibrate an existing cross-encoder again (temperature, feature head, stack, decision offsets, group head;
-    or, ``decision_only``, the decision offsets and the group head) on the shared data; saved in place. The stack is
+    or, ``decision_only``, the decision offsets and the group head; then the number policy) on the shared data;
+    saved in place. The stack is
     fitted on the calibration split of the CCKS pairs and Shenzhen's validation file; the MLP head trains
     on their train split, a tree head on the train split of every labelled pair file (:func:`data.all_pairs`:
     trees gain from the extra round-1 and Shenzhen pairs, MLPs lose); the group head on what
@@ -272,5 +331,6 @@ def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False,
     from mgeo_index.training.group import SHIPPED_HELD_OUT, fit_group_head, group_head_pairs  # group imports this module
 
     stats["group_head"] = fit_group_head(cross, *group_head_pairs(data_dir), held_out=SHIPPED_HELD_OUT)
+    stats["number_policy"] = fit_number_policy(cross, data.split_examples(ccks, "calib"))
     cross.save(cross_dir)
     return stats

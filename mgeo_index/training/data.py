@@ -9,6 +9,7 @@ import csv
 import gzip
 import json
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,3 +168,70 @@ def augment_tagged(elements: list[list[str]], rng: random.Random) -> tuple[str, 
                     break
         messy.append(span)
     return "".join(messy), "".join(span for _, span in clean)
+
+
+# The tagged files the number test set is drawn from (CCKS2021 track 2 masks its digits) and the elements whose
+# numbers it changes (the files' labels).
+NUMBER_TEST_FILES = ("tagged_addresses_swei412.jsonl.gz", "tagged_addresses_ncap2019.jsonl.gz")
+NUMBERED_LABELS = ("roadno", "houseno", "cellno", "floorno", "roomno")
+_DIGITS = re.compile(r"[0-9]+")
+_MARKED = re.compile(r"([0-9]+)(?=号|栋|幢|座|单元|层|楼|室|弄)")
+_FULL_WIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
+
+
+def _other_number(digits: str, rng: random.Random) -> str:
+    """Another number a hand or a keyboard could write for ``digits``: two digits swapped (194 → 914), one digit
+    changed (118 → 117), a digit added or a digit dropped."""
+    for _ in range(20):
+        kind = rng.choice(("swap", "change", "add", "drop") if len(digits) > 1 else ("change", "add"))
+        i = rng.randrange(len(digits))
+        if kind == "swap":
+            j = rng.randrange(len(digits))
+            chars = list(digits)
+            chars[i], chars[j] = chars[j], chars[i]
+            out = "".join(chars)
+        elif kind == "change":
+            out = digits[:i] + str((int(digits[i]) + rng.randrange(1, 10)) % 10) + digits[i + 1:]
+        elif kind == "add":
+            out = digits[:i] + str(rng.randrange(1, 10)) + digits[i:]
+        else:
+            out = digits[:i] + digits[i + 1:]
+        if out and out.lstrip("0") != digits.lstrip("0") and not out.startswith("0"):
+            return out
+    return str(int(digits) + 1)
+
+
+def number_pairs(examples: list[tuple[str, list[tuple[str, int, int]]]], seed: int = 0) -> dict[str, list[tuple[str, str, str]]]:
+    """The number test set from tagged addresses (``examples``: normalized text and labelled spans, as
+    :func:`mgeo_index.training.tagger.load_examples` gives them): ``{"changed": [...], "controls": [...]}``, each a
+    list of (address, its variant, kind).
+
+    ``changed``: the address with one number of one numbered element (road number, building, unit, floor, room;
+    kind = the element's label) written differently (:func:`_other_number`): another place, never ``exact_match``.
+    ``controls``: the same place written otherwise, to stay ``exact_match``: kind ``no_province_city`` (the
+    province and city dropped), ``chinese_numerals`` (a number in Chinese numerals), ``full_width`` (digits
+    full-width). Only addresses that write a number, none masked (``#``), give pairs: at most one of each kind;
+    the draws are seeded by the text."""
+    from mgeo_index.text.numerals import int_to_chinese
+
+    changed, controls = [], []
+    for text, spans in examples:
+        rng = random.Random(f"{seed}:{text}")
+        numbered = [(label, s, e) for label, s, e in spans if label in NUMBERED_LABELS and _DIGITS.search(text[s:e])]
+        if numbered and "#" not in text:  # "##": digits masked in the source
+            label, s, e = rng.choice(numbered)
+            runs = list(_DIGITS.finditer(text, s, e))
+            run = rng.choice(runs)
+            changed.append((text, text[: run.start()] + _other_number(run.group(), rng) + text[run.end():], label))
+            # a whole number followed by its unit, as people write one in Chinese numerals (十二号楼, not 4二百零三)
+            small = [r for r in _MARKED.finditer(text, s, e) if int(r[1]) < 10_000 and not r[1].startswith("0")
+                     and (r.start() == 0 or not text[r.start() - 1].isdigit())]
+            if small:
+                run = rng.choice(small)
+                controls.append((text, text[: run.start()] + int_to_chinese(int(run[1])) + text[run.end(1):],
+                                 "chinese_numerals"))
+            controls.append((text, text.translate(_FULL_WIDTH), "full_width"))
+            rest = "".join(text[s:e] for label, s, e in spans if label not in ("prov", "city"))
+            if len(rest) >= 6 and rest != text:
+                controls.append((text, rest, "no_province_city"))
+    return {"changed": changed, "controls": controls}

@@ -33,6 +33,7 @@ from mgeo_index.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import calibrate, pair_logits
+from mgeo_index.training.calibrate import fit_number_policy
 from mgeo_index.training.group import fit_group_head, group_head_pairs
 from mgeo_index.training.config import TrainConfig
 from mgeo_index.training.loops import class_weights, mask_spans, resolve_precision, save_atomic, shuffled_batches, timed_loop
@@ -260,17 +261,19 @@ def stage_calibrate(cfg: TrainConfig, pairs: list[data.Pair], decision_pairs: li
     stats = calibrate(cross, pairs, decision_pairs, seed=cfg.seed)
     trees, stack = group_head_pairs(cfg.data_dir)
     stats["group_head"] = fit_group_head(cross, trees + extra, stack, seed=cfg.seed)
+    stats["number_policy"] = fit_number_policy(cross, data.split_examples(decision_pairs, "calib"))
     cross.save(cfg.out / "cross")
     cfg.log(f"[calibrate] {stats}")
     return stats
 
 
-def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev", *, grouped: bool = True) -> dict:
-    """The same report as ``mgeo-index eval pairs`` (``--pairwise``: ``grouped=False``) on one split of the
-    training pairs."""
+def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "dev", *, grouped: bool = True,
+                   numbers: str | None = None) -> dict:
+    """The same report as ``mgeo-index eval pairs`` (``--pairwise``: ``grouped=False``; ``numbers``: the number
+    policy) on one split of the training pairs."""
     examples = data.split_examples(pairs, split)
     report = evaluate_labeled_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], [g for *_, g in examples],
-                                    grouped=grouped)
+                                    grouped=grouped, numbers=numbers)
     report.pop("_probs")
     return report
 

@@ -1,0 +1,169 @@
+"""The number policy: a different road / house / building / floor / unit / room number is a different place."""
+import csv
+import random
+
+import numpy as np
+import pytest
+
+from mgeo_index import settings
+from mgeo_index.features import compare_parsed, explain, number_conflicts, numbers_agree
+from mgeo_index.match import score_sides
+from mgeo_index.model import numbers
+from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.settings import LABELS
+from mgeo_index.text import model_text
+from mgeo_index.text.parser import parse
+from mgeo_index.training.data import number_pairs
+
+
+def conflicts(a: str, b: str) -> dict:
+    return number_conflicts(*parse([model_text(a), model_text(b)]))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_cross_encoder(settings.DEFAULT_CROSS_MODEL)
+
+
+@pytest.mark.parametrize("a, b, element", [
+    ("盐田区盐田街道北山道247号", "盐田区盐田街道北山道274号", "roadno"),
+    ("深圳市龙岗区嘉州美都194栋", "嘉州美都914栋", "building"),
+    ("杭州西湖区文三路478号华星大厦7-6-1046", "文三路478号华星大厦7-16-1046", "unit"),
+    ("南山区科技园B栋12楼", "南山区科技园B栋15层", "floor"),
+    ("北京朝阳建国路88号院3号楼2单元501室", "北京朝阳建国路88号院3号楼2单元502室", "room"),
+    ("湖南省岳阳市临湘市白云拂公馆152", "湖南省岳阳市临湘市白云拂公馆1592", None),  # bare digits, read two ways
+])
+def test_a_changed_number_is_a_conflict_naming_the_element_and_both_values(a, b, element):
+    found = conflicts(a, b)
+    assert found, (a, b)
+    if element is not None:
+        assert element in found and found[element][0] != found[element][1]
+
+
+@pytest.mark.parametrize("a, b", [
+    ("建国路四号", "建国路4号"),
+    ("建国路８８号3号楼", "建国路88号院3号楼"),  # full-width digits; 88号院 is 88号
+    ("北京朝阳建国路88号院3号楼2单元501室", "建国路八十八号院三号楼2单元501"),
+    ("建国路4-6号", "建国路5号"),  # a range holds 5号
+    ("南山区科技园B栋12F", "南山区科技园B栋十二楼"),
+    ("建国路88号", "建国路88号3号楼"),  # a building on one side only
+    ("红银路32号力征科技", "振兴路38号力征科技"),  # numbers of two different roads are not comparable
+    ("天津市北辰区辰盛路沁芳里682", "北辰区辰盛路沁芳里682"),  # the same digits, however the tagger splits them
+])
+def test_equal_numbers_written_differently_and_one_sided_numbers_are_no_conflict(a, b):
+    assert conflicts(a, b) == {}
+
+
+def test_numbers_agree_on_values_ranges_and_more_specific_writings():
+    assert numbers_agree("building", "316栋", "d316幢") and numbers_agree("roadno", "12706", "12号")
+    assert numbers_agree("room", "21-23号", "22号") and not numbers_agree("room", "21-23号", "24号")
+    assert not numbers_agree("building", "194栋", "914栋") and not numbers_agree("roadno", "12", "123号")
+
+
+def test_explanation_names_the_conflicting_element_and_both_values():
+    rows = explain("盐田区盐田街道北山道247号", "盐田区盐田街道北山道274号")
+    assert rows["roadno"]["state"] == "differ" and "247号" in rows["roadno"]["text"] and "274号" in rows["roadno"]["text"]
+    qa, qb = parse(["湖南省岳阳市临湘市白云拂公馆152", "湖南省岳阳市临湘市白云拂公馆1592"])  # the tagger reads 15 | 2 and 15 | 9 | 2
+    assert compare_parsed(qa, qb)["numbers"][:3] == ("differ", "152", "1592")
+
+
+class _Cross:
+    labels = ("not_match", "exact_match", "partial_match")  # another order than LABELS: columns follow labels
+    decision_offsets = [0.0, 0.0, 0.0]
+    number_policy = {"exact_match": 0.04, "partial_vs_not": 0.0}
+
+
+def test_policy_takes_exact_match_off_conflicting_rows_only_and_keeps_probabilities_whole():
+    probs = np.array([[0.01, 0.98, 0.01], [0.01, 0.98, 0.01], [0.30, 0.10, 0.60]], dtype=np.float32)
+    decided = np.array([1, 1, 2])
+    out, labels = numbers.apply(_Cross(), probs, decided, np.array([True, False, True]), "strict")
+    assert labels[0] != 1 and labels[1] == 1 and labels[2] == 2
+    assert out[0, 1] == pytest.approx(0.04) and out[2, 1] == pytest.approx(0.04)
+    assert out[2, 2] / out[2, 0] == pytest.approx(2.0, rel=1e-5)  # the scorer's partial / not odds kept
+    assert np.allclose(out.sum(1), 1.0, atol=1e-6) and np.array_equal(out[1], probs[1])
+    assert probs[0, 1] == pytest.approx(0.98)  # inputs untouched
+    same, same_labels = numbers.apply(_Cross(), probs, decided, np.array([True, False, True]), "loose")
+    assert same is probs and same_labels is decided
+    with pytest.raises(ValueError, match="strict, loose"):
+        numbers.check_mode("lenient")
+
+
+def test_the_shipped_model_calls_a_changed_number_another_place_unless_loose(shipped):
+    a, b = [model_text("盐田区盐田街道北山道247号"), model_text("深圳市龙岗区嘉州美都194栋")], \
+        [model_text("盐田区盐田街道北山道274号"), model_text("嘉州美都914栋")]
+    exact = shipped.labels.index("exact_match")
+    probs, decided, _ = score_sides(shipped, a, b)
+    assert not (decided == exact).any() and (probs[:, exact] < 0.1).all()
+    loose, _, _ = score_sides(shipped, a, b, numbers="loose")
+    assert (loose[:, exact] > probs[:, exact]).all()  # the scorer alone reads near-copies as the same place
+    same, same_decided, _ = score_sides(shipped, [model_text("建国路八十八号院三号楼")], [model_text("建国路88号院3号楼")])
+    assert shipped.labels[int(same_decided[0])] == "exact_match"
+
+
+def test_the_shipped_model_carries_a_fitted_number_policy(shipped):
+    policy = shipped.number_policy
+    assert policy is not None and 0 < policy["exact_match"] < 0.2 and policy["pairs"] >= 50
+
+
+def test_number_pairs_change_one_number_and_controls_keep_the_place():
+    examples = [("山东省青岛市即墨市兰村镇五里村183号", [("prov", 0, 3), ("city", 3, 6), ("district", 6, 9), ("town", 9, 12),
+                                              ("community", 12, 15), ("houseno", 15, 19)]),
+                ("浙江省杭州市西湖区文三路", [("prov", 0, 3), ("city", 3, 6), ("district", 6, 9), ("road", 9, 12)])]
+    pairs = number_pairs(examples)
+    (text, changed, kind), = pairs["changed"]
+    assert kind == "houseno" and changed != text and changed.startswith("山东省青岛市即墨市兰村镇五里村") and changed.endswith("号")
+    controls = {kind: b for _, b, kind in pairs["controls"]}
+    assert controls == {"chinese_numerals": "山东省青岛市即墨市兰村镇五里村一百八十三号", "full_width": "山东省青岛市即墨市兰村镇五里村１８３号",
+                        "no_province_city": "即墨市兰村镇五里村183号"}
+    assert number_pairs(examples) == pairs  # seeded by the text
+
+
+def test_fit_number_policy_sets_the_share_of_exact_match_among_conflicting_pairs(shipped):
+    from mgeo_index.training.calibrate import fit_number_policy
+
+    rng = random.Random(0)
+    examples = []
+    for i in range(60):
+        n = rng.randrange(10, 900)
+        label = "exact_match" if i < 5 else "partial_match" if i < 35 else "not_match"
+        examples.append((f"盐田区盐田街道北山道{n}号", f"盐田区盐田街道北山道{n + 1}号", LABELS.index(label)))
+    examples.append(("盐田区北山道5号", "盐田区北山道5号", LABELS.index("exact_match")))  # no conflict: left out
+    cross = load_cross_encoder(settings.DEFAULT_CROSS_MODEL)
+    stats = fit_number_policy(cross, examples)
+    assert stats["conflicting_pairs"] == 60 and stats["gold"]["exact_match"] == 5
+    assert cross.number_policy["exact_match"] == pytest.approx(6 / 62, abs=1e-4)
+    assert stats["nll_fitted_policy"] <= stats["nll_unfitted_policy"] + 1e-9
+
+
+@pytest.fixture(scope="module")
+def numbered_index(tmp_path_factory):
+    from mgeo_index.build import build
+
+    root = tmp_path_factory.mktemp("numbers")
+    catalog = root / "catalog.csv"
+    rows = ["盐田区盐田街道北山道247号", "盐田区盐田街道北山道274号", "盐田区盐田街道北山道24号", "龙岗区嘉州美都194栋",
+            "龙岗区嘉州美都914栋", "南山区科技园中区科苑路15号", "南山区科技园中区科苑路51号"]
+    with open(catalog, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "address"])
+        writer.writerows((f"E{i}", address) for i, address in enumerate(rows))
+    build(catalog, root / "idx", id_column="id", device="cpu")
+    return root / "idx", rows
+
+
+def test_each_number_resolves_to_its_own_entry_and_the_others_rank_below(numbered_index):
+    from mgeo_index.resolver import open_resolver
+
+    index_dir, rows = numbered_index
+    resolver = open_resolver(index_dir, device="cpu")
+    try:
+        results = resolver.resolve(rows, top_k=5)
+        loose = resolver.resolve(rows, top_k=5, numbers="loose")
+    finally:
+        resolver.close()
+    for address, matches, loose_matches in zip(rows, results, loose):
+        assert matches[0]["address"] == address and matches[0]["label"] == "exact_match"
+        assert all(m["label"] != "exact_match" for m in matches[1:])
+        others = [m for m in matches[1:] if conflicts(address, m["address"])]
+        assert others and all(m["probabilities"]["exact_match"] < 0.1 for m in others)
+        assert {m["id"] for m in loose_matches} == {m["id"] for m in matches}  # the same pool, ordered by the scorer
