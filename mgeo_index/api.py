@@ -50,15 +50,17 @@ def parse(text):
 
 
 def match_pairs(cross, pairs: Sequence[tuple[str, str]], *, device: str | None = None,
-                explain: bool = False, grouped: bool = False) -> list[MatchResult]:
+                explain: bool = False, grouped: bool = False, numbers: str | None = None) -> list[MatchResult]:
     """Score (a, b) address pairs with a loaded cross-encoder (as ``mgeo-index match`` and ``/v1/match``);
     ``grouped``: consecutive pairs sharing ``a`` are one query's candidates, labelled together (as ``match``
-    does with a file)."""
+    does with a file); ``numbers``: ``strict`` (two addresses writing different numbers for the same element are
+    never ``exact_match``) or ``loose`` (the scorer alone) [``MGEO_INDEX_NUMBERS``, else strict]."""
     from mgeo_index.match import score_sides
     from mgeo_index.text import model_text, printable
 
     a, b = [model_text(x) for x, _ in pairs], [model_text(y) for _, y in pairs]
-    probs, decided, explained = score_sides(cross, a, b, device=device, explain=explain, grouped=grouped)
+    probs, decided, explained = score_sides(cross, a, b, device=device, explain=explain, grouped=grouped,
+                                            numbers=settings.numbers(numbers))
     labels = cross.labels
     out = []
     for i, ((raw_a, raw_b), p) in enumerate(zip(pairs, probs)):
@@ -90,18 +92,20 @@ class AddressIndex:
     @classmethod
     def open(cls, index_dir: str | Path = "mgeo-index", *, db: str | None = None, model: str | Path | None = None,
              cross_model: str | Path | None = None, device: str | None = None, backend: str | None = None,
-             rerank: bool = True) -> "AddressIndex":
+             rerank: bool = True, numbers: str | None = None) -> "AddressIndex":
         """Open an index directory built by :meth:`build` or ``mgeo-index build``.
 
         ``db``: SQLAlchemy URL (default: ``MGEO_INDEX_DB`` or the directory's SQLite file); ``model`` /
         ``cross_model``: model directories (default: the model that built the index / the bundled
         cross-encoder); ``backend``: ``torch`` / ``bf16`` / ``compile`` / ``int8`` / ``onnx`` (CPU;
-        default int8); ``rerank=False`` loads no cross-encoder (retrieval only, no :meth:`match`).
+        default int8); ``rerank=False`` loads no cross-encoder (retrieval only, no :meth:`match`); ``numbers``:
+        ``strict`` / ``loose``, the number policy of its answers (default: the one the index was built with, else
+        ``MGEO_INDEX_NUMBERS``, else strict; :mod:`mgeo_index.model.numbers`).
         """
         from mgeo_index.resolver import open_resolver
 
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
-                                 rerank=rerank, backend=backend)
+                                 rerank=rerank, backend=backend, numbers=numbers)
         return cls(resolver, Path(index_dir), db)
 
     @classmethod
@@ -110,15 +114,16 @@ class AddressIndex:
               id_column: str | None = None, index: str = settings.DEFAULT_INDEX_FACTORY,
               model: str | Path | None = None, cross_model: str | Path | None = None, device: str | None = None,
               backend: str | None = None, on_progress: Callable[[str, int, int | None], None] | None = None,
-              ) -> "AddressIndex":
+              numbers: str | None = None) -> "AddressIndex":
         """Build (or update: only new and changed rows are embedded) an index from a CSV/TSV catalog,
         then open it. ``index`` is a FAISS factory string (``Flat``, ``HNSW32``, ``IVF4096,PQ32``…);
-        the build's summary is ``.build_result``."""
+        ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``; None keeps the
+        catalog's); the build's summary is ``.build_result``."""
         from mgeo_index.build import build
 
         result = build(catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column,
                        id_column=id_column, factory=index, model=model, device=device, backend=backend,
-                       on_progress=on_progress)
+                       on_progress=on_progress, numbers=numbers)
         opened = cls.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
         opened.build_result = result
         return opened
@@ -161,19 +166,20 @@ class AddressIndex:
     def resolve(self, queries: Sequence[str], **options) -> list[list[Match]]: ...
     def resolve(self, queries, *, top_k: int = 10, rerank: bool = True, explain: bool = False,
                 retrieval: str = "hybrid", admin_filter: bool = False, rerank_depth: int | None = None,
-                batch_size: int = 256):
+                batch_size: int = 256, numbers: str | None = None):
         """Catalog entries for each query, best first (a list for one query, a list of lists for many).
 
         ``retrieval``: ``hybrid`` (default), ``dense`` or ``sparse``; ``rerank=False``: retrieval order
         only; ``explain``: per-element agreement on each match; ``admin_filter``: drop candidates whose
-        city or district code contradicts the query's.
+        city or district code contradicts the query's; ``numbers``: ``strict`` / ``loose`` for this call (default:
+        the index's, see :meth:`open`).
         """
         texts = [queries] if isinstance(queries, str) else list(queries)
         out: list[list[Match]] = []
         for start in range(0, len(texts), batch_size):
             batch = self._resolver.resolve(texts[start : start + batch_size], top_k=top_k, rerank=rerank,
                                            explain=explain, retrieval=retrieval, admin_filter=admin_filter,
-                                           rerank_depth=rerank_depth)
+                                           rerank_depth=rerank_depth, numbers=numbers)
             out.extend([Match.from_dict(m) for m in matches] for matches in batch)
         return out[0] if isinstance(queries, str) else out
 
@@ -190,8 +196,10 @@ class AddressIndex:
         if isinstance(a, str):
             if not isinstance(b, str):
                 raise TypeError("match(a, b) takes two addresses, or match([(a, b), ...]) a list of pairs")
-            return match_pairs(self._resolver.cross, [(a, b)], device=self._resolver.device, explain=explain)[0]
-        return match_pairs(self._resolver.cross, list(a), device=self._resolver.device, explain=explain, grouped=grouped)
+            return match_pairs(self._resolver.cross, [(a, b)], device=self._resolver.device, explain=explain,
+                               numbers=self._resolver.numbers)[0]
+        return match_pairs(self._resolver.cross, list(a), device=self._resolver.device, explain=explain, grouped=grouped,
+                           numbers=self._resolver.numbers)
 
     def normalize(self, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
                   margin: float | None = None, top_k: int | None = None, batch_size: int = 256) -> "pd.DataFrame":

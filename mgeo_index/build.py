@@ -140,6 +140,7 @@ def build(
     ray_address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float = 0.0,
+    numbers: str | None = None,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
@@ -149,7 +150,13 @@ def build(
     ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.build_engines`): ``local`` (this
     process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at
     ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
+    ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
+    which resolving, normalizing and serving the index then use unless told otherwise; None keeps the catalog's.
     """
+    if numbers is not None:
+        from mgeo_index.model.numbers import check_mode
+
+        check_mode(numbers)
     compute = engine if isinstance(engine, BuildEngine) else make_build_engine(
         engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
@@ -158,11 +165,12 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute)
+                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute, numbers)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute: BuildEngine) -> BuildResult:
+                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute: BuildEngine,
+                  numbers: str | None = None) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -213,7 +221,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     if kind == "build":
         catalog_id = store.get_or_create_catalog(
             engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
-            id_column=reader.id_column,
+            id_column=reader.id_column, numbers=numbers,
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)

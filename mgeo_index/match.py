@@ -59,12 +59,14 @@ def match_file(
     explain: bool = False,
     grouped: bool = True,
     on_progress: Callable[[int], None] | None = None,
+    numbers: str | None = None,
 ) -> MatchResult:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
 
     ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}. ``grouped`` (default): the
     consecutive rows sharing column ``a`` are a query's candidates, labelled together (:func:`score_sides`); a
-    chunk never splits such a run unless the run alone is longer than ``chunk_size``.
+    chunk never splits such a run unless the run alone is longer than ``chunk_size``. ``numbers``: the number
+    policy (:mod:`mgeo_index.model.numbers`, strict by default).
 
     Rows with an empty side keep their place with empty label/probabilities and are reported.
     The output is written to a temporary file and moved into place when complete.
@@ -107,7 +109,7 @@ def match_file(
                 valid = [(line, row) for line, row in chunk if row["_ok"]]
                 probs, decided, explanations = score_sides(
                     cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device,
-                    explain=explain, grouped=grouped,
+                    explain=explain, grouped=grouped, numbers=numbers,
                 )
                 by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
                 if explain:

@@ -320,17 +320,28 @@ def open_resolver(
     device: str | None = None,
     rerank: bool = True,
     backend: str | None = None,
+    numbers: str | None = None,
 ) -> Resolver:
     """Load the index directory's current generation (the database pointer decides which; its files never
     change once written, so a writer switching generations meanwhile cannot mix two); refuses a query
-    model other than the one that built the index."""
+    model other than the one that built the index. ``numbers``: the number policy of its answers
+    (:func:`index_numbers`)."""
     db_url = settings.database_url(index_dir, db)
     eng = store.connect(db_url)
     descriptor = generations.current_descriptor(index_dir, eng, db_url)
+    numbers = index_numbers(eng, descriptor, numbers)
     device = settings.device(device)
     bi, cross = load_for_index(descriptor, index_dir, model=model, cross_model=cross_model, device=device, engine=eng,
                                backend=backend, rerank=rerank)
-    return _on_generation(index_dir, eng, descriptor, bi, cross, device)
+    resolver = _on_generation(index_dir, eng, descriptor, bi, cross, device)
+    resolver.numbers = numbers
+    return resolver
+
+
+def index_numbers(engine, descriptor: dict, numbers: str | None = None) -> str:
+    """The number policy of an index's answers: ``numbers`` when given, else the one its catalog was built with,
+    else ``MGEO_INDEX_NUMBERS``, else strict."""
+    return settings.numbers(numbers or store.catalog_numbers(engine, descriptor["catalog"]))
 
 
 def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) -> Resolver:
@@ -339,7 +350,9 @@ def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) 
     db_url = settings.database_url(index_dir, db)
     descriptor = generations.current_descriptor(index_dir, resolver.engine, db_url)
     check_index_model(resolver.bi.fingerprint, resolver.bi.path, descriptor, index_dir)
-    return _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
+    reopened = _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
+    reopened.numbers = resolver.numbers
+    return reopened
 
 
 def _on_generation(index_dir, eng, descriptor: dict, bi: BiEncoder, cross: CrossEncoder | None, device: str) -> Resolver:

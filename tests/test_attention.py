@@ -32,13 +32,22 @@ def _sample_addresses() -> list[str]:
         return [row["address"] for row in csv.DictReader(fh)]
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for this test only (the rest of the process keeps its thread count: a job test compares a
+    run in this process with one in a subprocess, and other thread counts round GEMMs differently)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("backend", ["torch", "int8", "bf16"])
-def test_shipped_models_answer_the_same_in_any_batch(backend):
+def test_shipped_models_answer_the_same_in_any_batch(backend, one_thread):
     """300 addresses in one call, in two interleaved halves (other batch-mates, other padded widths) and some alone:
     identical vectors, and network probabilities within 1e-6 (only the 3-wide FP32 classifier and softmax after the
     last int8 layer may differ, in the last bits). With the fused kernel, int8 moved 1.6% of 1,500 CCKS dev pairs
     by more than 1e-6, up to 3.9e-3, and 2.7% of their vectors."""
-    torch.set_num_threads(1)
     texts = _sample_addresses()
     candidates = texts[1:] + texts[:1]
     halves = [np.arange(0, len(texts), 2), np.arange(1, len(texts), 2)]

@@ -452,7 +452,7 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
             self.seen: list[str] = []
             self.parsed: list[str] = []
 
-        def resolve(self, batch, top_k, rerank, parses):
+        def resolve(self, batch, top_k, rerank, parses, numbers=None):
             self.seen += batch
             self.parsed += [p["text"] for p in parses]  # the job's one parse of each address, handed over
             return [[{"id": len(q), "source_id": q, "address": q, "score": 0.9, "label": "exact_match",

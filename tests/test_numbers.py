@@ -167,3 +167,94 @@ def test_each_number_resolves_to_its_own_entry_and_the_others_rank_below(numbere
         others = [m for m in matches[1:] if conflicts(address, m["address"])]
         assert others and all(m["probabilities"]["exact_match"] < 0.1 for m in others)
         assert {m["id"] for m in loose_matches} == {m["id"] for m in matches}  # the same pool, ordered by the scorer
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mgeo_index.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_the_policy_is_recorded_with_the_index_and_a_command_or_the_environment_can_override_it(
+        numbered_index, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from mgeo_index.resolver import open_resolver
+
+    monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
+    index_dir = shutil.copytree(numbered_index[0], tmp_path / "idx")
+    catalog = numbered_index[0].parent / "catalog.csv"
+    query = "盐田区盐田街道北山道247号"
+
+    def labels(*options):
+        result = _cli("resolve", query, "--index-dir", index_dir, "--json", "--top-k", "3", *options)
+        assert result.exit_code == 0, result.output
+        return {m["address"]: m["label"] for m in json.loads(result.output)["matches"]}
+
+    assert labels()["盐田区盐田街道北山道274号"] != "exact_match"  # strict by default
+    assert labels("--numbers", "loose")["盐田区盐田街道北山道274号"] == "exact_match"  # the scorer alone says so
+    result = _cli("build", catalog, "--index-dir", index_dir, "--id-column", "id", "--numbers", "loose")
+    assert result.exit_code == 0, result.output
+    assert labels()["盐田区盐田街道北山道274号"] == "exact_match"  # the index's own policy now
+    assert labels("--numbers", "strict")["盐田区盐田街道北山道274号"] != "exact_match"
+    assert _cli("build", catalog, "--index-dir", index_dir, "--id-column", "id").exit_code == 0
+    resolver = open_resolver(index_dir, device="cpu")  # a rebuild without --numbers keeps the recorded one
+    assert resolver.numbers == "loose"
+    resolver.close()
+    monkeypatch.setenv("MGEO_INDEX_NUMBERS", "strict")  # the index's recorded policy comes before the environment
+    assert open_resolver(index_dir, device="cpu", rerank=False).numbers == "loose"
+    bad = _cli("resolve", query, "--index-dir", index_dir, "--numbers", "lenient")
+    assert bad.exit_code != 0 and "strict, loose" in bad.output
+
+
+def test_match_and_the_service_loader_follow_the_policy(numbered_index, tmp_path, monkeypatch):
+    from mgeo_index.service import loader
+
+    monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n盐田区盐田街道北山道247号\t盐田区盐田街道北山道274号\n", encoding="utf-8")
+    for options, exact in (((), False), (("--numbers", "loose"), True)):
+        out = tmp_path / "out.tsv"
+        result = _cli("match", "--file", pairs, "--out", out, "--pairwise", *options)
+        assert result.exit_code == 0, result.output
+        label = out.read_text(encoding="utf-8").splitlines()[1].split("\t")[2]
+        assert (label == "exact_match") == exact
+    monkeypatch.setenv("MGEO_INDEX_NUMBERS", "loose")
+    out = tmp_path / "env.tsv"
+    assert _cli("match", "--file", pairs, "--out", out, "--pairwise").exit_code == 0
+    assert out.read_text(encoding="utf-8").splitlines()[1].split("\t")[2] == "exact_match"
+    monkeypatch.delenv("MGEO_INDEX_NUMBERS")
+    loaded = loader.load(numbered_index[0], device="cpu", numbers="loose")
+    try:
+        assert loaded.resolver.numbers == "loose"
+        answer, = loader.score_pairs(loaded.resolver, [("盐田区盐田街道北山道247号", "盐田区盐田街道北山道274号")], False)
+        assert answer["label"] == "exact_match"
+    finally:
+        loaded.resolver.close()
+
+
+def test_a_normalize_job_records_its_policy_and_will_not_resume_under_another(numbered_index, tmp_path, monkeypatch):
+    from mgeo_index.normalize import JobError, normalize_file
+
+    monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
+    source = tmp_path / "stores.csv"
+    source.write_text("store_id,address\nS1,盐田区盐田街道北山道247号\nS2,龙岗区嘉州美都914栋\n", encoding="utf-8")
+    strict, loose = tmp_path / "strict.csv", tmp_path / "loose.csv"
+    normalize_file(source, strict, numbered_index[0], device="cpu")
+    normalize_file(source, loose, numbered_index[0], device="cpu", numbers="loose")
+    with open(strict, encoding="utf-8") as fh:
+        assert [r["status"] for r in csv.DictReader(fh)] == ["matched", "matched"]
+    from mgeo_index import settings as mgeo_settings, store
+
+    eng = store.connect(mgeo_settings.database_url(numbered_index[0]))
+    try:
+        jobs = {str(out): store.latest_job(eng, str(out.resolve())) for out in (strict, loose)}
+        assert {out: job["params"]["numbers"] for out, job in jobs.items()} == {str(strict): "strict", str(loose): "loose"}
+        store.update_job(eng, jobs[str(loose)]["id"], status="interrupted")  # as if it had stopped half way
+    finally:
+        eng.dispose()
+    with pytest.raises(JobError, match="numbers 'loose' → 'strict'"):
+        normalize_file(source, loose, numbered_index[0], device="cpu", numbers="strict")

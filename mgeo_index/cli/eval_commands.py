@@ -27,6 +27,7 @@ def eval_pairs(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    numbers: Numbers = None,
 ) -> None:
     """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
 
@@ -41,7 +42,7 @@ def eval_pairs(
             raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
         report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev,
-                                grouped=not pairwise)
+                                grouped=not pairwise, numbers=settings.numbers(numbers))
         probs = report.pop("_probs")
         if plot is not None:
             reliability_diagram(probs, gold, plot)
@@ -100,6 +101,7 @@ def eval_retrieval(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    numbers: Numbers = None,
 ) -> None:
     """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
 
@@ -110,7 +112,8 @@ def eval_retrieval(
 
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
-        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
+        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
+                                 numbers=numbers)
         report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter,
                                     rerank_depth=rerank_depth)
     if as_json:

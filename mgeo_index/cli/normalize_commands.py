@@ -10,7 +10,7 @@ import typer
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AddressColumn, Backend, CrossModel, Db, Device, IndexDir, LibraryDefault, Model,
+    DEFAULT_INDEX_DIR, AddressColumn, Backend, CrossModel, Db, Device, IndexDir, LibraryDefault, Model, Numbers,
 )
 from mgeo_index.cli.render import console, err, jobs_table, normalize_table, progress
 
@@ -42,6 +42,7 @@ def normalize(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    numbers: Numbers = None,
 ) -> None:
     """Tie every row of a file to the catalog: matched / ambiguous / unmatched / rejected.
 
@@ -72,7 +73,7 @@ def normalize(
                 address_column=address_column, id_column=id_column, min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
-                gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job,
+                gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job, numbers=numbers,
                 on_progress=lambda n, total: bar.update(task, advance=n, total=total),
             )
     except KeyboardInterrupt:

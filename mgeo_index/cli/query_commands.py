@@ -12,7 +12,8 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Pairwise, QueriesFile, RerankDepth, Retrieval,
+    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, QueriesFile, RerankDepth,
+    Retrieval,
 )
 from mgeo_index.cli.render import console, err, matches_table, parse_table, progress
 
@@ -53,6 +54,7 @@ def resolve(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    numbers: Numbers = None,
 ) -> None:
     """Find the catalog entries a messy address refers to, reranked and labeled.
 
@@ -64,7 +66,7 @@ def resolve(
     with friendly_errors():
         items = read_queries(queries or [], file)
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
-                               rerank=not no_rerank, backend=backend) as idx:
+                               rerank=not no_rerank, backend=backend, numbers=numbers) as idx:
             for start in range(0, len(items), batch_size):
                 batch = items[start : start + batch_size]
                 answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
@@ -113,6 +115,7 @@ def match(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    numbers: Numbers = None,
 ) -> None:
     """Score address pairs: exact_match / partial_match / not_match with probabilities.
 
@@ -132,6 +135,7 @@ def match(
         with progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
             result = match_file(file, out, cross, device=dev, explain=explain, grouped=not pairwise,
+                                numbers=settings.numbers(numbers),
                                 on_progress=lambda n: bar.update(task, advance=n))
     for problem in result.invalid[:20]:
         err.print(f"[yellow]skipped[/] {escape(str(problem))}", highlight=False)

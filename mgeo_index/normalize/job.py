@@ -48,7 +48,7 @@ from mgeo_index.normalize.policy import (
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
 RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
-                 "output_columns", "backend")  # backends agree on labels, on probabilities to about 1e-3: not mixed
+                 "output_columns", "backend", "numbers")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
 # on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
@@ -168,7 +168,7 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
         problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
     old = job.get("params") or {}
     changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
-               if old.get(k) != params.get(k) and (k in old or k != "backend")]  # jobs from before it was recorded
+               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers"))]  # jobs from before
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
@@ -207,12 +207,14 @@ def run_job(
     restart: bool = False,
     on_progress: Progress | None = None,
     on_job: Callable[[dict], None] | None = None,
+    numbers: str | None = None,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``engine``; see the module docstring.
 
     ``backend``: the inference backend of the job's resolvers, already checked by the caller (default:
     the engine's resolver's, else ``settings.backend`` for the engine's device).
-    ``on_job(job)`` is called once the job record is known (new or resumed).
+    ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
+    (strict / loose; default the index's, :func:`mgeo_index.resolver.index_numbers`), recorded with the job.
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -232,9 +234,10 @@ def run_job(
         raise ValueError("--out must not be the input file")
     engine.require()  # before reading (and fingerprinting) anything, and before any job is recorded
     progress = on_progress or (lambda *_: None)
-    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k)
-
     ident = index_identity(index_dir, model, cross_model)
+    db_url = settings.database_url(index_dir, db)
+    numbers = _index_numbers(index_dir, db_url, numbers)
+    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size
     )
@@ -246,12 +249,11 @@ def run_job(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
-        "backend": backend,
+        "backend": backend, "numbers": numbers,
     }
     writer = PartWriter(fmt, output_path, list(reader.columns))
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
-    db_url = settings.database_url(index_dir, db)
     resolving = Resolving(index_dir=index_dir, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
                           backend=backend, policy=policy, batch_size=batch_size)
     eng = store.connect(db_url)
@@ -282,6 +284,20 @@ def run_job(
         done_now = result.rows - result.resumed_from
         result.rows_per_second = done_now / result.seconds if result.seconds > 0 else 0.0
         return result
+    finally:
+        eng.dispose()
+
+
+def _index_numbers(index_dir: Path, db_url: str, numbers: str | None) -> str:
+    """The job's number policy: ``numbers``, else the one the index's catalog was built with, else the default."""
+    from mgeo_index.generations import read_descriptor
+    from mgeo_index.resolver import index_numbers
+
+    if numbers is not None:
+        return settings.numbers(numbers)
+    eng = store.connect(db_url)
+    try:
+        return index_numbers(eng, read_descriptor(index_dir))
     finally:
         eng.dispose()
 

@@ -36,6 +36,7 @@ class Policy:
     min_probability: float = DEFAULT_MIN_PROBABILITY
     margin: float = DEFAULT_MARGIN
     top_k: int = DEFAULT_TOP_K
+    numbers: str | None = None  # strict / loose (mgeo_index.model.numbers); None: the resolver's
 
 
 def relevance(match: dict) -> float:
@@ -112,7 +113,8 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         parses = parse(batch)
-        for key, matches, parsed in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True, parses=parses), parses):
+        for key, matches, parsed in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True, parses=parses,
+                                                                   numbers=policy.numbers), parses):
             memo[key] = decide(matches, policy) | admin_columns(parsed)
     out = [dict(memo[k]) for k in keys]
     if len(memo) > MEMO_LIMIT:  # forget the oldest answers (dicts keep insertion order)

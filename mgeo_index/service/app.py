@@ -172,7 +172,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         loaded = _ready(state)
         params = (body.top_k, body.rerank, body.explain, body.retrieval)
         log.debug("resolve %s", queries)
-        keys = [cache_key(loaded.version, n, params) for n in normalized]
+        keys = [cache_key(loaded.cache_version, n, params) for n in normalized]
         cached = await state.cache.get_many(keys)
         hits = sum(c is not None for c in cached)
         metrics.cache_hits.inc(hits)
@@ -193,7 +193,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             fresh = {}
             for i, (matches, answer) in zip(missing, results):
                 answers[i] = answer
-                fresh[cache_key(version, normalized[i], params)] = matches
+                fresh[cache_key(state.loaded.cache_version, normalized[i], params)] = matches
             if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
                 await state.cache.set_many(fresh)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
@@ -244,7 +244,7 @@ async def _load_and_warm(state: State) -> loader.Loaded:
     """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
     c = state.config
     loaded = await asyncio.to_thread(loader.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
-                                     device=c.device)
+                                     device=c.device, numbers=c.numbers)
     await state.batcher.run_exclusive(lambda: loader.warm_up(loaded.resolver, min(c.max_batch, 16)))
     return loaded
 

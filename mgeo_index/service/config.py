@@ -14,6 +14,7 @@ class ServeConfig:
     model: Path | None = None
     cross_model: Path | None = None
     device: str | None = None
+    numbers: str | None = None  # the number policy of answers (None: the index's; mgeo_index.model.numbers)
     max_batch: int = 32
     max_wait_ms: float = 3.0
     max_queue: int = 1024  # items per lane

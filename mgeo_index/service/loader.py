@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import generations, settings
+from mgeo_index.model import numbers as number_policy
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission
 from mgeo_index.text import model_text
@@ -46,6 +47,13 @@ class Loaded:
     version: str  # of the descriptor the resolver actually loaded
 
     @property
+    def cache_version(self) -> str:
+        """What cached answers are keyed by: the generation, and the number policy when it is not the default
+        (servers sharing a cache with another policy keep apart)."""
+        numbers = self.resolver.numbers
+        return self.version if numbers == number_policy.DEFAULT else f"{self.version}:numbers={numbers}"
+
+    @property
     def build_id(self) -> str:
         return str(self.resolver.descriptor.get("build_id"))
 
@@ -54,9 +62,11 @@ class Loaded:
         return int(self.resolver.index.ntotal)
 
 
-def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None) -> Loaded:
-    """Open the index directory (always with the reranker: /v1/match needs it). Warm it up before use."""
-    resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True)
+def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None, numbers=None) -> Loaded:
+    """Open the index directory (always with the reranker: /v1/match needs it; ``numbers``: the number policy of
+    resolve and match answers, default the index's). Warm it up before use."""
+    resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True,
+                             numbers=numbers)
     return Loaded(resolver=resolver, version=descriptor_version(resolver.descriptor))
 
 
@@ -71,7 +81,8 @@ def score_pairs(resolver: Resolver, pairs: list[tuple[str, str]], explain: bool)
     """Labels (the cross-encoder's decision, as ``mgeo-index match`` gives them) and probabilities."""
     from mgeo_index.api import match_pairs
 
-    return [result.to_dict() for result in match_pairs(resolver.cross, pairs, device=resolver.device, explain=explain)]
+    return [result.to_dict() for result in match_pairs(resolver.cross, pairs, device=resolver.device, explain=explain,
+                                                       numbers=resolver.numbers)]
 
 
 def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, list]]:

@@ -47,6 +47,7 @@ class Catalog(Base):
     id_column: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
     current_generation_id: Mapped[int | None] = mapped_column(Integer)  # migration 0003: the readers' pointer
+    numbers: Mapped[str | None] = mapped_column(String(16))  # migration 0008: the number policy (None: the default)
 
 
 _LIVE = text("retired_at IS NULL")
@@ -83,9 +84,11 @@ class Entry(Base):
 
 
 def get_or_create_catalog(
-    engine: Engine, name: str, *, source: str | None, address_column: str | None, id_column: str | None
+    engine: Engine, name: str, *, source: str | None, address_column: str | None, id_column: str | None,
+    numbers: str | None = None,
 ) -> int:
-    """Id of catalog ``name``, creating it if needed; source and columns are updated either way."""
+    """Id of catalog ``name``, creating it if needed; source and columns are updated either way, the number policy
+    when given (a rebuild without one keeps the catalog's)."""
     with Session(engine) as session, session.begin():
         catalog = session.scalar(select(Catalog).where(Catalog.name == name))
         if catalog is None:
@@ -94,6 +97,8 @@ def get_or_create_catalog(
         catalog.source = None if source is None else str(source)
         catalog.address_column = address_column
         catalog.id_column = id_column
+        if numbers is not None:
+            catalog.numbers = numbers
         session.flush()
         return catalog.id
 
@@ -103,6 +108,12 @@ def catalog_columns(engine: Engine, name: str) -> tuple[str | None, str | None] 
     with Session(engine) as session:
         row = session.execute(select(Catalog.address_column, Catalog.id_column).where(Catalog.name == name)).first()
         return None if row is None else (row.address_column, row.id_column)
+
+
+def catalog_numbers(engine: Engine, name: str) -> str | None:
+    """The number policy catalog ``name`` was built with (None: not set, or no such catalog)."""
+    with Session(engine) as session:
+        return session.scalar(select(Catalog.numbers).where(Catalog.name == name))
 
 
 def catalog_id(engine: Engine, name: str) -> int | None:
