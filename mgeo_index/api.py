@@ -114,16 +114,17 @@ class AddressIndex:
               id_column: str | None = None, index: str = settings.DEFAULT_INDEX_FACTORY,
               model: str | Path | None = None, cross_model: str | Path | None = None, device: str | None = None,
               backend: str | None = None, on_progress: Callable[[str, int, int | None], None] | None = None,
-              numbers: str | None = None) -> "AddressIndex":
+              numbers: str | None = None, force: bool = False) -> "AddressIndex":
         """Build (or update: only new and changed rows are embedded) an index from a CSV/TSV catalog,
         then open it. ``index`` is a FAISS factory string (``Flat``, ``HNSW32``, ``IVF4096,PQ32``…);
         ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``; None keeps the
-        catalog's); the build's summary is ``.build_result``."""
+        catalog's); ``force``: build into a directory holding files mgeo-index did not write; the build's summary
+        is ``.build_result``."""
         from mgeo_index.build import build
 
         result = build(catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column,
                        id_column=id_column, factory=index, model=model, device=device, backend=backend,
-                       on_progress=on_progress, numbers=numbers)
+                       on_progress=on_progress, numbers=numbers, force=force)
         opened = cls.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
         opened.build_result = result
         return opened

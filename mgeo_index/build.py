@@ -141,6 +141,7 @@ def build(
     workers: int | None = None,
     gpus_per_worker: float = 0.0,
     numbers: str | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
@@ -152,6 +153,8 @@ def build(
     ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
     which resolving, normalizing and serving the index then use unless told otherwise; None keeps the catalog's.
+    A directory that holds files mgeo-index did not write is refused unless ``force``
+    (:func:`mgeo_index.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
     if numbers is not None:
         from mgeo_index.model.numbers import check_mode
@@ -162,6 +165,8 @@ def build(
     index_dir = Path(index_dir)
     if index_dir.exists() and not index_dir.is_dir():
         raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
+    if kind == "build":
+        generations.check_writable_here(index_dir, force)
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,

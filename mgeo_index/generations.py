@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,56 @@ def ensure_descriptor(index_dir: Path, catalog: str, db_url: str, vector_store_u
         vectors = vector_store.recorded(vector_store_url)
         files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url),
                                        **({"vector_store": vectors} if vectors else {})})
+
+
+class NotAnIndexDirectory(ValueError):
+    """A build asked to write into a directory that holds someone else's files."""
+
+
+# What mgeo-index writes into an index directory besides index.json: the SQLite store (and its WAL files), the
+# writer lock, the build's rejected rows, each generation's files and the temporary files of atomic writes.
+_OWN_FIXED = {".writer.lock", "rejects.tsv"}
+_OWN_FILE = re.compile(r"(?:index|sparse)-(\d+)\.(?:faiss|npz)")
+_OWN_TEMP = re.compile(r"\.(?:(?:index|sparse)-(\d+)\.(?:faiss|npz)|index\.json)\.[^/]+\.tmp")
+
+
+def check_writable_here(index_dir: Path, force: bool = False) -> None:
+    """Refuse to build into a directory mgeo-index did not make: one that holds files and no ``index.json`` of
+    ours (a JSON object naming a catalog), unless ``force``. Its files could be overwritten (``index.json``,
+    ``rejects.tsv``) and the user is better told than surprised. A directory holding only what an interrupted
+    first build left (the store, the lock) is ours."""
+    if force or not index_dir.is_dir():
+        return
+    names = sorted(p.name for p in index_dir.iterdir())
+    descriptor = index_dir / DESCRIPTOR
+    if descriptor.is_file():
+        try:
+            ours = isinstance(mine := json.loads(descriptor.read_text(encoding="utf-8")), dict) and "catalog" in mine
+        except (ValueError, UnicodeDecodeError):
+            ours = False
+        if ours:
+            return
+    from mgeo_index.settings import DB_FILENAME
+
+    foreign = [n for n in names if n not in _OWN_FIXED and not n.startswith(DB_FILENAME) and not _OWN_FILE.fullmatch(n)
+               and not _OWN_TEMP.fullmatch(n)]
+    if foreign or descriptor.exists():
+        shown = ", ".join((foreign or [DESCRIPTOR])[:5]) + (" …" if len(foreign) > 5 else "")
+        raise NotAnIndexDirectory(
+            f"--index-dir {index_dir} holds files mgeo-index did not write ({shown}); build into a new or empty "
+            "directory, or pass --force to write the index there anyway (index.json, mgeo.db, rejects.tsv and the "
+            "index files are then written beside them; nothing else is touched)")
+
+
+def own_files(index_dir: Path, build_ids: set[int]) -> list[Path]:
+    """The files in ``index_dir`` that builds ``build_ids`` wrote (their generations' files and unfinished
+    temporary files) or that an atomic ``index.json`` write left: what clean-up may delete, and nothing else."""
+    out = []
+    for path in sorted(index_dir.iterdir()):
+        m = _OWN_FILE.fullmatch(path.name) or _OWN_TEMP.fullmatch(path.name)
+        if m and path.is_file() and (m.group(1) is None or int(m.group(1)) in build_ids):
+            out.append(path)
+    return out
 
 
 class ServedElsewhere(ValueError):
@@ -361,14 +412,11 @@ def collect(engine, index_dir: Path, catalog_id: int, keep: int = KEEP_GENERATIO
         except FileNotFoundError:
             pass
     removed_files = []
-    for path in sorted(index_dir.iterdir()):
-        name = path.name
-        ours = (name.startswith(("index-", "sparse-")) and name.endswith((".faiss", ".npz"))) or (
-            name.startswith((".index-", ".sparse-", f".{DESCRIPTOR}.")) and name.endswith(".tmp")
-        )
-        if ours and name not in referenced and path.is_file():
+    # only files this catalog's builds wrote (never a user's index-backup.faiss, nor another catalog's files)
+    for path in own_files(index_dir, {b["id"] for b in store.list_builds(engine, catalog_id)}):
+        if path.name not in referenced:
             path.unlink()
-            removed_files.append(name)
+            removed_files.append(path.name)
     collections = _collect_collections(engine, index_dir, catalog_id, generations, current, kept)
     keep_ids = np.concatenate([_generation_ids(index_dir, g) for g in kept]) if kept else np.empty(0, np.int64)
     purged = store.purge_retired(engine, catalog_id, keep_ids)
@@ -521,8 +569,8 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     elif model_path:
         report.notes.append(f"the model that built the index ({model_path}) is not on this machine; queries need --model")
     referenced = {g[k] for g in store.list_generations(engine, catalog_id) for k in ("index_file", "sparse_file") if g.get(k)}
-    strays = sorted(p.name for p in index_dir.iterdir() if p.name.endswith(".tmp") or (
-        p.name.startswith(("index-", "sparse-")) and p.name not in referenced))
+    strays = [p.name for p in own_files(index_dir, {b["id"] for b in store.list_builds(engine, catalog_id)})
+              if p.name not in referenced]
     if strays:
         report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
                             + ", ".join(strays[:5]))

@@ -127,9 +127,12 @@ def test_writes_keep_two_generations_and_gc_keeps_n(index_dir, tmp_path, tiny_mo
     kept = store.list_generations(engine, catalog_id)
     assert len(kept) == generations.KEEP_GENERATIONS and kept[0]["id"] == store.current_generation(engine, catalog_id)["id"]
     assert len(list(index_dir.glob("index-*.faiss"))) == len(list(index_dir.glob("sparse-*.npz"))) == 2
-    (index_dir / ".index-99.faiss.abc.tmp").write_bytes(b"half")  # left by a killed writer
+    last_build = max(b["id"] for b in store.list_builds(engine, catalog_id))
+    (index_dir / f".index-{last_build}.faiss.abc.tmp").write_bytes(b"half")  # left by a killed writer of a build
+    (index_dir / ".index-9999.faiss.abc.tmp").write_bytes(b"not ours")  # no build of this catalog wrote it
     result = gc(index_dir, keep=1)
-    assert ".index-99.faiss.abc.tmp" in result.files_removed and len(result.generations_kept) == 1
+    assert f".index-{last_build}.faiss.abc.tmp" in result.files_removed and len(result.generations_kept) == 1
+    assert (index_dir / ".index-9999.faiss.abc.tmp").exists()
     with pytest.raises(ValueError, match="at least 1"):
         gc(index_dir, keep=0)
     engine.dispose()

@@ -34,6 +34,7 @@ def build(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    force: Annotated[bool, typer.Option("--force", help="Build into a directory that holds other files (they are left as they are; index.json and rejects.tsv are written there).")] = False,
 ) -> None:
     """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
 
@@ -54,7 +55,7 @@ def build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
             factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
             on_progress=stage_progress(bar, {"parse": "Parsing entries"}), engine=engine, ray_address=ray_address,
-            workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers,
+            workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers, force=force,
         )
     console.print(build_table(result))
 

@@ -1,0 +1,69 @@
+"""What an attacker's probes and a newcomer's trial broke, kept as regression tests: a user's files survive a build,
+nothing is answered silently wrong, and every output reads back as written."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgeo_index import settings
+from mgeo_index.build import build
+from mgeo_index.generations import NotAnIndexDirectory
+from conftest import copy_index
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mgeo_index.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+# --------------------------------------------------------------------------- a build never loses a user's files
+
+def _users_directory(path):
+    path.mkdir()
+    files = {"index-backup.faiss": b"my backup", "sparse-features.npz": b"my features",
+             "index.json": b'{"project": "mine"}', "rejects.tsv": b"my rejects\n"}
+    for name, content in files.items():
+        (path / name).write_bytes(content)
+    return files
+
+
+def test_build_refuses_a_directory_holding_a_users_files_and_touches_none(tmp_path):
+    target = tmp_path / "work"
+    files = _users_directory(target)
+    with pytest.raises(NotAnIndexDirectory, match="--force"):
+        build(settings.SAMPLE_CATALOG, target, id_column="poi_id", device="cpu")
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+    result = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", target, "--id-column", "poi_id")
+    assert result.exit_code != 0 and "--force" in result.output and "index-backup.faiss" in result.output
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+
+
+def test_a_forced_build_and_its_clean_up_delete_only_files_mgeo_index_wrote(sample_index, tmp_path):
+    target = tmp_path / "work"
+    files = _users_directory(target)
+    (target / "index.json").unlink()  # a foreign index.json is overwritten by a forced build: keep the rest
+    del files["index.json"]
+    files.pop("rejects.tsv")
+    (target / "rejects.tsv").unlink()
+    files["index-7.faiss.bak"] = b"look-alike"
+    (target / "index-7.faiss.bak").write_bytes(b"look-alike")
+    build(settings.SAMPLE_CATALOG, target, id_column="poi_id", device="cpu", force=True)
+    for _ in range(3):  # new generations; the old ones are collected
+        (target / "extra.csv").write_text("poi_id,address\nX1,北京市朝阳区建国路88号\n", encoding="utf-8")
+        build(target / "extra.csv", target, id_column="poi_id", device="cpu", catalog="extra")
+    for name, content in files.items():
+        assert (target / name).read_bytes() == content, name
+    # the collected generations' own files are gone, the current ones are there
+    descriptor = json.loads((target / "index.json").read_text(encoding="utf-8"))
+    assert (target / descriptor["index_file"]).exists()
+
+
+def test_an_index_directory_mgeo_index_made_is_built_into_again(sample_index, tmp_path):
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    (index_dir / "notes.txt").write_text("the user's own notes\n", encoding="utf-8")  # beside our index.json
+    build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu")
+    assert (index_dir / "notes.txt").read_text(encoding="utf-8") == "the user's own notes\n"
