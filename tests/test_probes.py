@@ -67,3 +67,32 @@ def test_an_index_directory_mgeo_index_made_is_built_into_again(sample_index, tm
     (index_dir / "notes.txt").write_text("the user's own notes\n", encoding="utf-8")  # beside our index.json
     build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu")
     assert (index_dir / "notes.txt").read_text(encoding="utf-8") == "the user's own notes\n"
+
+
+# --------------------------------------------------------------------------- a fresh server takes its largest request
+
+def test_a_fresh_server_answers_its_own_largest_request(sample_index, tmp_path):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from mgeo_index.service.app import ServeConfig, create_app
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    config = ServeConfig(index_dir=index_dir, api_key="K")
+    headers = {"X-API-Key": "K"}
+    queries = [f"浙江省杭州市西湖区文三路{i}号" for i in range(config.max_items)]  # the documented --max-items
+    with TestClient(create_app(config)) as client:
+        deadline = time.monotonic() + 300
+        while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first = client.post("/v1/resolve", json={"queries": queries, "rerank": False}, headers=headers)
+        assert first.status_code == 200, first.text
+        assert len(first.json()["results"]) == config.max_items
+        for _ in range(2):  # slower work measured: cheaper work is still taken
+            assert client.post("/v1/resolve", json={"queries": queries[:3], "top_k": 100},
+                               headers=headers).status_code == 200
+        for _ in range(3):
+            again = client.post("/v1/resolve", json={"queries": queries, "rerank": False}, headers=headers)
+            assert again.status_code == 200, again.text

@@ -145,7 +145,7 @@ def test_batches_are_cut_to_meet_deadlines_and_hopeless_jobs_are_shed():
 
     async def main():
         batcher = Batcher(upper_batches(ran), max_batch=8, max_wait_ms=1000)
-        batcher.seconds_per_item = 10.0  # as measured on a slow model
+        batcher.measured(("resolve", ()), 8, 80.0)  # as measured on a slow model: 10 s an item
         now = asyncio.get_running_loop().time()
         hopeless = batcher.submit(Submission("resolve", (), ["x"], deadline=now + 5))  # needs 10 s, has 5
         first = [batcher.submit(Submission("resolve", (), [c], deadline=now + 35)) for c in "abcd"]  # 3 fit in 35 s
@@ -157,3 +157,26 @@ def test_batches_are_cut_to_meet_deadlines_and_hopeless_jobs_are_shed():
 
     asyncio.run(main())
     assert ran[0] == ["a", "b", "c"] and ran[1] == ["d"]
+
+
+def test_work_never_measured_is_not_refused_by_estimate():
+    """A fresh server takes its own largest request; a slow kind of work measured does not refuse a cheap kind."""
+    ran: list = []
+
+    async def main():
+        batcher = Batcher(upper_batches(ran), max_batch=256, max_wait_ms=1)
+        batcher.start()
+        now = asyncio.get_running_loop().time()
+        big = [f"q{i}" for i in range(256)]
+        assert len(await batcher.submit(Submission("resolve", (10, False), big, deadline=now + 10))) == 256
+        batcher.measured(("resolve", (100, True)), 1, 60.0)  # top_k 100 with rerank: a minute an item
+        now = asyncio.get_running_loop().time()
+        cheap = batcher.submit(Submission("resolve", (10, False), ["x"], deadline=now + 10))
+        assert await cheap == ["X"]
+        bigger = batcher.submit(Submission("resolve", (100, True), ["a", "b"], deadline=now + 10))  # 2 > 1 measured
+        assert await bigger == ["A", "B"]
+        with pytest.raises(DeadlineExceeded):  # measured at this size: it cannot make it
+            await batcher.submit(Submission("resolve", (100, True), ["c"], deadline=now + 10))
+        await batcher.stop()
+
+    asyncio.run(main())

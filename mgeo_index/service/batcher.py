@@ -10,8 +10,11 @@ search, one rerank), and each submission's future gets its slice of the answer.
 
 Limits: each lane holds at most ``max_queue`` items; past that :meth:`Batcher.submit` raises
 :class:`QueueFull` with a Retry-After estimate. A submission that cannot finish before its deadline (by the
-measured time per item) is answered with :class:`DeadlineExceeded` without being computed, and a batch
-stops growing when it would end after its earliest deadline; a submission whose caller stopped waiting (its
+time per item measured for its kind of work — its ``(kind, params)``: a ``top_k`` 100 resolve costs more than a
+retrieval-only one — on batches at least its size) is answered with :class:`DeadlineExceeded` without being
+computed, and a batch stops growing when it would end after its earliest deadline. Work of a kind or size never
+measured is never refused by estimate (a fresh server takes its own largest request); its caller's deadline still
+holds; a submission whose caller stopped waiting (its
 future cancelled) is dropped. Every submission's future is resolved at most once.
 """
 from __future__ import annotations
@@ -75,7 +78,9 @@ class Batcher:
         self.on_batch = on_batch
         self.lanes: dict[str, deque[Submission]] = {lane: deque() for lane in LANES}
         self.queued = dict.fromkeys(LANES, 0)  # items (not submissions) waiting per lane
-        self.seconds_per_item = 0.05  # running estimate, for Retry-After
+        self.seconds_per_item = 0.05  # running estimate over all work, for Retry-After
+        # (kind, params) -> (seconds per item, the most items of a batch it was measured on), for deadlines
+        self.cost: dict[Hashable, tuple[float, int]] = {}
         self.lone = True  # the last batch had one item and left nothing queued: don't wait for more
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgeo-batch")
@@ -146,6 +151,8 @@ class Batcher:
                         submission.future.set_result(result)
             seconds = time.perf_counter() - started
             self.seconds_per_item = 0.8 * self.seconds_per_item + 0.2 * seconds / items
+            for key in {(submission.kind, submission.params) for submission in batch}:
+                self.measured(key, items, seconds)
             self.lone = items == 1 and not any(self.lanes.values())
             if self.on_batch is not None:
                 self.on_batch(items, seconds)
@@ -166,34 +173,48 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
+    def measured(self, key: Hashable, items: int, seconds: float) -> None:
+        """Record that a batch of ``items`` items holding work of kind ``key`` took ``seconds``."""
+        per_item, largest = self.cost.get(key, (seconds / items, 0))
+        self.cost[key] = (0.8 * per_item + 0.2 * seconds / items, max(largest, items))
+
+    def _per_item(self, submission: Submission) -> float | None:
+        """Seconds per item of the submission's kind of work, when measured on a batch at least its size."""
+        known = self.cost.get((submission.kind, submission.params))
+        return known[0] if known is not None and len(submission.items) <= known[1] else None
+
     def _take(self, now: float) -> list[Submission]:
         """Up to max_batch items, interactive first; a submission is never split; lanes stay FIFO.
 
-        Deadline-aware, from the measured time per item: a submission that could not finish before its
-        deadline even alone is answered DeadlineExceeded at once (no work wasted on a caller who will
-        be gone), and a batch stops growing when it would no longer finish before its earliest deadline.
+        Deadline-aware, from the measured time per item (:meth:`_per_item`): a submission that could not finish
+        before its deadline even alone is answered DeadlineExceeded at once (no work wasted on a caller who will
+        be gone), and a batch stops growing when it would no longer finish before its earliest deadline. Work
+        not measured yet counts as free: never refused by estimate.
         """
         batch: list[Submission] = []
         size = 0
+        cost = 0.0  # estimated seconds of the batch so far
         earliest = math.inf
         for lane in LANES:
             queue = self.lanes[lane]
             while queue:
                 submission = queue[0]
-                alone = now + len(submission.items) * self.seconds_per_item
-                if submission.future.done() or alone > submission.deadline:
+                per_item = self._per_item(submission)
+                own = 0.0 if per_item is None else len(submission.items) * per_item
+                if submission.future.done() or now + own > submission.deadline:
                     queue.popleft()
                     self.queued[lane] -= len(submission.items)
                     if not submission.future.done():
                         submission.future.set_exception(DeadlineExceeded())
                     continue
-                ends = now + (size + len(submission.items)) * self.seconds_per_item
+                ends = now + cost + own
                 if batch and (size + len(submission.items) > self.max_batch or ends > min(earliest, submission.deadline)):
                     return batch
                 queue.popleft()
                 self.queued[lane] -= len(submission.items)
                 batch.append(submission)
                 size += len(submission.items)
+                cost += own
                 earliest = min(earliest, submission.deadline)
                 if size >= self.max_batch:
                     return batch
