@@ -47,6 +47,7 @@ class BuildResult:
     index_factory: str = ""
     address_column: str | None = None  # the columns read (detected, given or the catalog's own)
     id_column: str | None = None
+    columns_reason: str = ""  # why those columns (detected: what their names and values said)
     index_path: str = ""
     rejects_path: str | None = None
     engine: str = "local"  # where parsing and embedding ran (build_engines)
@@ -202,8 +203,10 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     # an existing store is consulted before the file is read; a new one is created only once the file is
     # known to be readable (a refused file leaves no store behind)
     engine_ = store.connect(db_url) if store.exists(db_url) else None
+    new_catalog = True
     try:
         if engine_ is not None:
+            new_catalog = store.catalog_columns(engine_, catalog) is None
             current = store.current_generation(engine_, store.catalog_id(engine_, catalog))  # None: a new catalog
             generations.ensure_served_here(index_dir, catalog, current)
             if kind == "build":
@@ -211,7 +214,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         try:
             reader = read_catalog(
                 catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
-                chunk_size=chunk_size,
+                chunk_size=chunk_size, detect_id=kind == "build" and new_catalog and id_column is None,
             )
         except CatalogError as exc:
             if kind != "add":
@@ -233,7 +236,9 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
-                         id_column=reader.id_column, engine=compute.name)
+                         id_column=reader.id_column, engine=compute.name,
+                         columns_reason="" if not new_catalog or kind != "build" else
+                         f"address: {reader.address_reason}; id: {reader.id_reason}")
     rejects_path = index_dir / REJECTS
     rejects_path.unlink(missing_ok=True)
     try:

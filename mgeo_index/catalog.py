@@ -28,6 +28,9 @@ __all__ = [
     "Row",
     "ADDRESS_COLUMN_NAMES",
     "DEFAULT_MAX_CHARS",
+    "address_likeness",
+    "choose_address_column",
+    "choose_id_column",
     "detect_address_column",
     "detect_encoding",
     "read_catalog",
@@ -166,26 +169,84 @@ def _resolve_column(name: str, columns: Sequence[str], what: str) -> str:
     raise CatalogError(f"{what} column {name!r} not found; available columns: {', '.join(map(repr, columns))}")
 
 
-def detect_address_column(header: Sequence[str], sample_rows: Iterable[Sequence[str]]) -> str:
-    """The address column: a well-known name (see ``ADDRESS_COLUMN_NAMES``), else the
-    column whose sample values hold the most CJK characters on average."""
-    by_name = {h.strip().casefold(): h for h in reversed(header)}  # first occurrence wins
-    for candidate in ADDRESS_COLUMN_NAMES:
-        if candidate in by_name:
-            return by_name[candidate]
-    totals = [0] * len(header)
-    count = 0
-    for row in sample_rows:
-        count += 1
-        for i, value in enumerate(row[: len(header)]):
-            totals[i] += sum(1 for ch in value if _is_cjk(ch))
-    if count and max(totals, default=0) > 0:
-        best = max(range(len(header)), key=lambda i: (totals[i], -i))  # ties: leftmost
-        return header[best]
+# Names that say "address" (ADDRESS_COLUMN_NAMES less the names of places: name, poi, 名称).
+_ADDRESS_NAMES = tuple(n for n in ADDRESS_COLUMN_NAMES if n not in ("name", "poi", "名称"))
+# What an address writes and a shop name or a code rarely does: admin suffixes, roads, numbers, buildings.
+_ADDRESS_MARKS = re.compile(r"省|市|区|县|旗|镇|乡|街道|大道|路|街|巷|弄|胡同|号|栋|幢|座|楼|层|室|单元|村|社区|小区|大厦|广场|"
+                            r"花园|公寓|园|苑|工业区|开发区")
+#: a column counts as holding addresses when its values score at least this (0: never, 1: every value has 3 marks)
+ADDRESS_LIKE = 0.3
+_ID_NAME = re.compile(r"(?:.*[_\s-])?id|编号|序号|uid|key", re.IGNORECASE)
+
+
+def address_likeness(values: Iterable[str]) -> float:
+    """How much a column's values look like Chinese addresses, 0–1: per value, its address marks (admin suffixes,
+    roads, numbers, buildings; up to 3) over 3 when it has at least two CJK characters, else 0; averaged."""
+    scores = []
+    for value in values:
+        cjk = sum(1 for ch in value if _is_cjk(ch))
+        scores.append(min(len(_ADDRESS_MARKS.findall(value)), 3) / 3 if cjk >= 2 else 0.0)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def choose_address_column(header: Sequence[str], sample_rows: Iterable[Sequence[str]]) -> tuple[str, str]:
+    """(the address column, why it was chosen), from names and content together.
+
+    A column named like an address (``address``, ``地址``, ``text`` …) is taken when its values look like
+    addresses (:func:`address_likeness` at least ADDRESS_LIKE) or no other column's do; otherwise the column whose
+    values look most like addresses, when it is clearly ahead of the next; a column named like a place
+    (``name``, ``名称``) only when no other column looks more like addresses. Unsure: :class:`CatalogError` naming
+    ``--address-column`` and what each column holds."""
+    rows = [list(r) for r in sample_rows]
+    values = [[r[i] for r in rows if i < len(r) and r[i].strip()] for i in range(len(header))]
+    scores = [address_likeness(v) for v in values]
+    by_name = {h.strip().casefold(): i for i, h in reversed(list(enumerate(header)))}  # first occurrence wins
+    ranked = sorted(range(len(header)), key=lambda i: (-scores[i], i))
+    best = ranked[0] if ranked else None
+    second = scores[ranked[1]] if len(ranked) > 1 else 0.0
+
+    def share(i: int) -> str:
+        return f"{scores[i]:.2f} address-likeness over {len(values[i])} sampled values"
+
+    for names, kind in ((_ADDRESS_NAMES, "an address"), (("name", "poi", "名称"), "a place")):
+        named = next((by_name[n] for n in names if n in by_name), None)
+        if named is None:
+            continue
+        if scores[named] >= ADDRESS_LIKE and scores[named] >= scores[best] - 0.2:
+            return header[named], f"named like {kind} and its values look like addresses ({share(named)})"
+        if scores[best] < ADDRESS_LIKE and kind == "an address" and any(_is_cjk(c) for v in values[named] for c in v):
+            return header[named], f"named like an address; no column's values look more like addresses ({share(named)})"
+    if best is not None and scores[best] >= ADDRESS_LIKE and second <= 0.7 * scores[best]:
+        others = ", ".join(f"{header[i]!r} {scores[i]:.2f}" for i in ranked[1:4])
+        return header[best], f"its values look most like addresses ({share(best)}; {others or 'no other column'})"
+    described = "; ".join(f"{h!r} ({scores[i]:.2f}, e.g. {values[i][0][:20]!r})" if values[i] else f"{h!r} (empty)"
+                          for i, h in enumerate(header))
     raise CatalogError(
-        "cannot tell which column holds the addresses; name it explicitly. "
-        f"Available columns: {', '.join(map(repr, header))}"
+        "cannot tell which column holds the addresses; name it with --address-column (and the id column with "
+        f"--id-column). Available columns, with how much their values look like addresses: {described}"
     )
+
+
+def detect_address_column(header: Sequence[str], sample_rows: Iterable[Sequence[str]]) -> str:
+    """The address column (:func:`choose_address_column`, without the reason)."""
+    return choose_address_column(header, sample_rows)[0]
+
+
+def choose_id_column(header: Sequence[str], sample_rows: Iterable[Sequence[str]], address_column: str
+                     ) -> tuple[str | None, str]:
+    """(a column named like an id — ``id``, ``poi_id``, ``编号`` … — whose sampled values are all given and
+    distinct, or None; why)."""
+    rows = [list(r) for r in sample_rows]
+    for i, name in enumerate(header):
+        if name == address_column or not _ID_NAME.fullmatch(name.strip()):
+            continue
+        values = [r[i].strip() if i < len(r) else "" for r in rows]
+        empty, repeated = sum(1 for v in values if not v), len(values) - len(set(values))
+        if not empty and not repeated:
+            return name, f"named like an id, its {len(values)} sampled values all given and distinct"
+        return None, (f"{name!r} is named like an id but {empty or repeated} of {len(values)} sampled values are "
+                      f"{'empty' if empty else 'repeated'}: rows are keyed by their address (--id-column to choose one)")
+    return None, "no column named like an id: rows are keyed by their address (--id-column to choose one)"
 
 
 def _clean_header(fields: list[str]) -> list[str]:
@@ -258,6 +319,7 @@ class CatalogReader:
         chunk_size: int = 5000,
         encoding: str | None = None,
         dedupe: bool = True,
+        detect_id: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -302,9 +364,15 @@ class CatalogReader:
 
         if address_column is not None:
             self.address_column = _resolve_column(address_column, self.columns, "address")
+            self.address_reason = "given"
         else:
-            self.address_column = detect_address_column(self.columns, sample)
-        self.id_column = None if id_column is None else _resolve_column(id_column, self.columns, "id")
+            self.address_column, self.address_reason = choose_address_column(self.columns, sample)
+        if id_column is not None:
+            self.id_column, self.id_reason = _resolve_column(id_column, self.columns, "id"), "given"
+        elif detect_id and self.has_header:
+            self.id_column, self.id_reason = choose_id_column(self.columns, sample, self.address_column)
+        else:
+            self.id_column, self.id_reason = None, "none given: rows are keyed by their address"
 
     def _open(self):  # noqa: ANN202 - a text file object
         # surrogateescape keeps undecodable bytes visible per row instead of failing the file.
@@ -422,11 +490,13 @@ def read_catalog(
     chunk_size: int = 5000,
     encoding: str | None = None,
     dedupe: bool = True,
+    detect_id: bool = False,
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
-    ``address_column`` is auto-detected when not given; ``encoding`` is detected when
-    not given.  ``dedupe=False`` accepts repeated ids / addresses (and keeps no per-row
+    ``address_column`` is auto-detected when not given (:func:`choose_address_column`), and with ``detect_id`` the
+    id column too (:func:`choose_id_column`); the reader's ``address_reason`` / ``id_reason`` say why. ``encoding``
+    is detected when not given.  ``dedupe=False`` accepts repeated ids / addresses (and keeps no per-row
     memory), for files whose rows are records to process rather than catalog entries.
     Iterate the result (or its ``chunks()``) for ``(rows, rejects)``.
     """
@@ -438,6 +508,7 @@ def read_catalog(
         chunk_size=chunk_size,
         encoding=encoding,
         dedupe=dedupe,
+        detect_id=detect_id,
     )
 
 

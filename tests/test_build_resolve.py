@@ -112,7 +112,7 @@ def test_query_model_must_match_the_index_model(built, tiny_model_dirs):
 def test_rejected_rows_are_reported_with_line_and_reason(tmp_path):
     catalog = tmp_path / "bad.csv"
     catalog.write_text(
-        "id,address\n1,北京市朝阳区建国路88号\n2,\n3,上海市徐汇区\x07漕溪路\n4,北京市朝阳区建国路88号\n5,，，，\n",
+        "n,address\n1,北京市朝阳区建国路88号\n2,\n3,上海市徐汇区\x07漕溪路\n4,北京市朝阳区建国路88号\n5,，，，\n",  # no id column
         encoding="utf-8",
     )
     result = build(catalog, tmp_path / "idx")

@@ -96,3 +96,36 @@ def test_a_fresh_server_answers_its_own_largest_request(sample_index, tmp_path):
         for _ in range(3):
             again = client.post("/v1/resolve", json={"queries": queries, "rerank": False}, headers=headers)
             assert again.status_code == 200, again.text
+
+
+# --------------------------------------------------------------------------- the address column, chosen by content
+
+_ADDRESSES = ["广东省深圳市南山区南山街道中山路75号东方科技园9号楼", "江苏省南京市鼓楼区下关街道中山路89号星河广场14栋",
+              "浙江省杭州市西湖区文三路478号华星时代广场", "北京市朝阳区建国路88号SOHO现代城", "上海市浦东新区世纪大道100号",
+              "广州市天河区体育西路1号", "深圳市福田区深南大道6008号", "成都市武侯区人民南路4段1号"]
+
+
+@pytest.mark.parametrize("header", [("id", "name", "location"), ("编号", "名称", "位置")])
+def test_the_address_column_is_the_one_holding_addresses_and_a_column_named_id_is_the_id(tmp_path, header):
+    catalog = tmp_path / "shops.csv"
+    catalog.write_text(",".join(header) + "\n" + "".join(f"{i},site {i},{a}\n" for i, a in enumerate(_ADDRESSES)),
+                       encoding="utf-8")
+    result = _cli("build", catalog, "--index-dir", tmp_path / "idx")
+    assert result.exit_code == 0, result.output
+    assert f"address {header[2]!r}, id {header[0]!r}" in result.output and "look most like addresses" in result.output
+    answer = _cli("resolve", "北京朝阳建国路88号", "--index-dir", tmp_path / "idx", "--json", "--top-k", "1")
+    best = json.loads(answer.output)["matches"][0]
+    assert best["address"] == "北京市朝阳区建国路88号SOHO现代城" and best["source_id"] == "3"
+    again = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--id-column", header[0])  # as it was chosen
+    assert again.exit_code == 0, again.output
+
+
+def test_two_columns_of_addresses_stop_the_build_naming_the_option(tmp_path):
+    catalog = tmp_path / "routes.csv"
+    catalog.write_text("code,from,to\n" + "".join(f"{i},{a},{_ADDRESSES[-1 - i]}\n" for i, a in enumerate(_ADDRESSES)),
+                       encoding="utf-8")
+    result = _cli("build", catalog, "--index-dir", tmp_path / "idx")
+    assert result.exit_code != 0 and "--address-column" in result.output and "'from'" in result.output
+    assert not (tmp_path / "idx" / "mgeo.db").exists()
+    chosen = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--address-column", "to")
+    assert chosen.exit_code == 0, chosen.output

@@ -76,6 +76,7 @@ def build_table(result) -> Table:
     return _facts(f"Build {result.build_id} of catalog '{result.catalog}'", (
         ("columns", f"address {result.address_column!r}, id "
                     + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")),
+        *((("chosen", result.columns_reason),) if getattr(result, "columns_reason", "") else ()),
         ("rows read", result.rows_read),
         ("new entries", result.rows_inserted),
         ("updated entries", result.rows_updated),
