@@ -530,11 +530,14 @@ def write_rejects(path: str | Path, rejects: Iterable[Reject]) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
+    from mgeo_index.tables import TableWriter
+
     n = 0
     with open(path, "a", encoding="utf-8", errors="backslashreplace", newline="") as fh:
         if new:
             fh.write(_REJECT_HEADER)
+        writer = TableWriter(fh, "\t", plain=True)  # control characters shown as escapes, formulas neutralised
         for r in rejects:
-            fh.write(f"{r.line}\t{_escape(r.reason)}\t{_escape(r.raw)}\n")
+            writer.writerow([r.line, _escape(r.reason), _escape(r.raw)])
             n += 1
     return n

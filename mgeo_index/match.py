@@ -12,6 +12,7 @@ from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_
 from mgeo_index.model import group_head
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder
+from mgeo_index.tables import TableWriter
 from mgeo_index.text import has_content, model_text
 
 PAIR_COLUMNS = ("a", "b")
@@ -60,13 +61,16 @@ def match_file(
     grouped: bool = True,
     on_progress: Callable[[int], None] | None = None,
     numbers: str | None = None,
+    raw: bool = False,
 ) -> MatchResult:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
 
     ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}. ``grouped`` (default): the
     consecutive rows sharing column ``a`` are a query's candidates, labelled together (:func:`score_sides`); a
     chunk never splits such a run unless the run alone is longer than ``chunk_size``. ``numbers``: the number
-    policy (:mod:`mgeo_index.model.numbers`, strict by default).
+    policy (:mod:`mgeo_index.model.numbers`, strict by default). The output goes through the one table writer
+    (:class:`mgeo_index.tables.TableWriter`): cells that would start a spreadsheet formula are neutralised unless
+    ``raw``.
 
     Rows with an empty side keep their place with empty label/probabilities and are reported.
     The output is written to a temporary file and moved into place when complete.
@@ -94,8 +98,8 @@ def match_file(
                     f"'a' and 'b' (found: {columns})"
                 )
             out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels] + (["explain"] if explain else [])
-            writer = csv.DictWriter(dst, fieldnames=out_columns, delimiter="\t", extrasaction="ignore", lineterminator="\n")
-            writer.writeheader()
+            writer = TableWriter(dst, "\t", raw=raw)
+            writer.writerow(out_columns)
             chunk: list[tuple[int, dict]] = []
 
             def flush(keep_last_run: bool = False) -> None:
@@ -124,9 +128,7 @@ def match_file(
                         if explain:
                             states = {k: e["state"] for k, e in explained[line].items()}
                             row["explain"] = json.dumps(states, ensure_ascii=False)
-                    # a lone CR inside a field would not be quoted with "\n" line ends (and would split the row)
-                    writer.writerow({k: v.replace("\r\n", "\n").replace("\r", "\n") if isinstance(v, str) else v
-                                     for k, v in row.items()})
+                    writer.writerow([row.get(c, "") for c in out_columns])
                 result.scored += len(valid)
                 if on_progress:
                     on_progress(len(chunk))

@@ -129,3 +129,73 @@ def test_two_columns_of_addresses_stop_the_build_naming_the_option(tmp_path):
     assert not (tmp_path / "idx" / "mgeo.db").exists()
     chosen = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--address-column", "to")
     assert chosen.exit_code == 0, chosen.output
+
+
+# --------------------------------------------------------------------------- CSV outputs read back as written
+
+def test_the_table_writer_round_trips_values_and_neutralises_formulas():
+    import csv
+    import io
+
+    from mgeo_index.tables import TableWriter
+
+    values = ["a\rb", 'say "hi"', "x,y", "line\nbreak", "=HYPERLINK(\"http://evil\")", "+1+2", "-2层", "@SUM(A1)",
+              "-1.5", "0.123456", "普通地址"]
+    for raw in (False, True):
+        out = io.StringIO(newline="")
+        writer = TableWriter(out, ",", raw=raw)
+        writer.writerow(values)
+        writer.writerow(["next", "row"])
+        rows = list(csv.reader(io.StringIO(out.getvalue(), newline="")))
+        assert len(rows) == 2 and rows[1] == ["next", "row"]  # no phantom row from the bare \r
+        expected = values if raw else [("'" + v if v[0] in "=+-@" and v != "-1.5" else v) for v in values]
+        assert rows[0] == expected
+
+
+def test_normalize_and_match_outputs_have_no_phantom_rows_and_no_live_formulas(sample_index, tmp_path):
+    import csv
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    source = tmp_path / "stores.csv"
+    with open(source, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([["store_id", "address", "note"], ["S1", "深圳南山中山路75号\r东方科技园", "=1+1"],
+                                  ["S2", "@南京鼓楼中山路89号", "+cmd"], ["S3", "杭州西湖文三路478号", "plain"]])
+    out = tmp_path / "out.csv"
+    result = _cli("normalize", source, "--index-dir", index_dir, "--out", out)
+    assert result.exit_code == 0, result.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["store_id"] for r in rows] == ["S1", "S2", "S3"]
+    assert rows[0]["address"] == "深圳南山中山路75号\r东方科技园" and rows[0]["note"] == "'=1+1"
+    assert rows[1]["address"] == "'@南京鼓楼中山路89号" and rows[1]["note"] == "'+cmd"
+    raw_out = tmp_path / "raw.csv"
+    assert _cli("normalize", source, "--index-dir", index_dir, "--out", raw_out, "--raw-values").exit_code == 0
+    with open(raw_out, encoding="utf-8", newline="") as fh:
+        assert [r["note"] for r in csv.DictReader(fh)] == ["=1+1", "+cmd", "plain"]
+
+    pairs = tmp_path / "pairs.tsv"
+    with open(pairs, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, delimiter="\t").writerows([["a", "b"], ["=cmd|' /C calc'!A0", "北京市朝阳区建国路88号\r3号楼"],
+                                                  ["北京朝阳建国路88号", "北京市朝阳区建国路88号"]])
+    scored = tmp_path / "scored.tsv"
+    assert _cli("match", "--file", pairs, "--out", scored).exit_code == 0
+    with open(scored, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert len(rows) == 2 and rows[0]["a"].startswith("'=") and rows[0]["b"] == "北京市朝阳区建国路88号\r3号楼"
+
+
+def test_labels_export_writes_quotes_and_reads_back(sample_index, tmp_path):
+    from mgeo_index.evaluate import read_labeled_pairs
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    labels = tmp_path / "in.tsv"
+    labels.write_text('a\tb\tlabel\n北京"朝阳"建国路88号\t北京市朝阳区建国路88号\texact_match\n'
+                      '=1+1\t上海市浦东新区世纪大道100号\tnot_match\n', encoding="utf-8")
+    assert _cli("labels", "import", labels, "--index-dir", index_dir).exit_code == 0
+    out = tmp_path / "out.tsv"
+    result = _cli("labels", "export", "--index-dir", index_dir, "--out", out)
+    assert result.exit_code == 0, result.output
+    a, b, gold = read_labeled_pairs(out)
+    assert sorted(a) == sorted(["'=1+1", '北京"朝阳"建国路88号'])
+    assert _cli("labels", "export", "--index-dir", index_dir, "--out", out, "--raw-values").exit_code == 0
+    assert sorted(read_labeled_pairs(out)[0]) == sorted(["=1+1", '北京"朝阳"建国路88号'])

@@ -8,7 +8,7 @@ import typer
 
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
-from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Db, IndexDir
+from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Db, IndexDir, RawValues
 from mgeo_index.cli.render import console
 
 
@@ -17,6 +17,7 @@ def labels_export(
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
     db: Db = None,
     include_undone: Annotated[bool, typer.Option(help="Also write labels that were undone.")] = False,
+    raw_values: RawValues = False,
 ) -> None:
     """Write the labels reviewers gave (mgeo-index review) as pairs that eval pairs reads.
 
@@ -27,7 +28,7 @@ def labels_export(
 
     with friendly_errors():
         engine = store.connect(settings.database_url(index_dir, db))
-        n = export_labels(engine, out, include_undone=include_undone)
+        n = export_labels(engine, out, include_undone=include_undone, raw=raw_values)
     console.print(f"wrote {n} labels to {out}")
 
 

@@ -11,6 +11,7 @@ from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AddressColumn, Backend, CrossModel, Db, Device, IndexDir, LibraryDefault, Model, Numbers,
+    RawValues,
 )
 from mgeo_index.cli.render import console, err, jobs_table, normalize_table, progress
 
@@ -43,6 +44,7 @@ def normalize(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    raw_values: RawValues = False,
 ) -> None:
     """Tie every row of a file to the catalog: matched / ambiguous / unmatched / rejected.
 
@@ -74,6 +76,7 @@ def normalize(
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
                 gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job, numbers=numbers,
+                raw_values=raw_values,
                 on_progress=lambda n, total: bar.update(task, advance=n, total=total),
             )
     except KeyboardInterrupt:

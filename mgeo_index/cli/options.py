@@ -28,6 +28,9 @@ Numbers = Annotated[str | None, typer.Option("--numbers", help=(
     "strict: two addresses writing different road / house / building / floor / unit / room numbers are never "
     "exact_match; loose: the scorer alone, for catalogs whose numbers are unreliable (POI lists) "
     "\\[env MGEO_INDEX_NUMBERS; default: strict]."))]
+RawValues = Annotated[bool, typer.Option("--raw-values", help=(
+    "Write every cell as it is. By default a cell that would start a spreadsheet formula (=, +, -, @) is written "
+    "with a leading ' so that a spreadsheet shows it as text."))]
 Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
 Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
     "Label every pair alone; by default consecutive rows sharing their first address are one query's candidates, "

@@ -12,8 +12,8 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, QueriesFile, RerankDepth,
-    Retrieval,
+    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, QueriesFile,
+    RawValues, RerankDepth, Retrieval,
 )
 from mgeo_index.cli.render import console, err, matches_table, parse_table, progress
 
@@ -116,6 +116,7 @@ def match(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    raw_values: RawValues = False,
 ) -> None:
     """Score address pairs: exact_match / partial_match / not_match with probabilities.
 
@@ -135,7 +136,7 @@ def match(
         with progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
             result = match_file(file, out, cross, device=dev, explain=explain, grouped=not pairwise,
-                                numbers=settings.numbers(numbers),
+                                numbers=settings.numbers(numbers), raw=raw_values,
                                 on_progress=lambda n: bar.update(task, advance=n))
     for problem in result.invalid[:20]:
         err.print(f"[yellow]skipped[/] {escape(str(problem))}", highlight=False)

@@ -48,7 +48,7 @@ from mgeo_index.normalize.policy import (
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
 RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
-                 "output_columns", "backend", "numbers")  # backends agree on labels, on probabilities to about 1e-3: not mixed
+                 "output_columns", "backend", "numbers", "raw_values")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
 # on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
@@ -168,7 +168,7 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
         problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
     old = job.get("params") or {}
     changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
-               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers"))]  # jobs from before
+               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values"))]  # older jobs
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
@@ -208,6 +208,7 @@ def run_job(
     on_progress: Progress | None = None,
     on_job: Callable[[dict], None] | None = None,
     numbers: str | None = None,
+    raw_values: bool = False,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``engine``; see the module docstring.
 
@@ -215,6 +216,8 @@ def run_job(
     the engine's resolver's, else ``settings.backend`` for the engine's device).
     ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
     (strict / loose; default the index's, :func:`mgeo_index.resolver.index_numbers`), recorded with the job.
+    ``raw_values``: CSV cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
+    :mod:`mgeo_index.tables`).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -249,9 +252,9 @@ def run_job(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
-        "backend": backend, "numbers": numbers,
+        "backend": backend, "numbers": numbers, "raw_values": raw_values,
     }
-    writer = PartWriter(fmt, output_path, list(reader.columns))
+    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values)
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
     resolving = Resolving(index_dir=index_dir, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],

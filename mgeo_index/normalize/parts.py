@@ -3,12 +3,12 @@
 checkpoint, and the parts merged into the output file (atomically too) when every record is done."""
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 from typing import Any
 
 from mgeo_index.files import replace_atomic
+from mgeo_index.tables import TableWriter
 from mgeo_index.normalize.inputs import Chunk, as_text, require_pyarrow
 from mgeo_index.normalize.policy import RESULT_COLUMNS
 
@@ -18,8 +18,8 @@ RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already ha
 class PartWriter:
     """Writes one chunk's output rows as a part file and merges parts into the output."""
 
-    def __init__(self, fmt: str, out: Path, input_columns: list[str]) -> None:
-        self.fmt, self.out = fmt, out
+    def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False) -> None:
+        self.fmt, self.out, self.raw = fmt, out, raw  # raw: CSV cells as they are (formulas not neutralised)
         self.input_columns = input_columns
         prefix = RESULT_PREFIX if set(RESULT_COLUMNS) & set(input_columns) else ""
         self.result_columns = [prefix + c for c in RESULT_COLUMNS]
@@ -42,9 +42,9 @@ class PartWriter:
         else:
             def write(tmp: str) -> None:
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                    writer = csv.writer(fh, delimiter=self.delimiter, lineterminator="\n")
+                    writer = TableWriter(fh, self.delimiter, raw=self.raw)
                     for record, res in zip(chunk.records, results):
-                        writer.writerow(as_text(record.values) + [_cell(res[c]) for c in RESULT_COLUMNS])
+                        writer.writerow(as_text(record.values) + [res[c] for c in RESULT_COLUMNS])
 
         replace_atomic(path, write)
         return path.stat().st_size
@@ -91,7 +91,7 @@ class PartWriter:
         else:
             def write(tmp: str) -> None:
                 with open(tmp, "w", encoding="utf-8", newline="") as dst:
-                    csv.writer(dst, delimiter=self.delimiter, lineterminator="\n").writerow(self.header())
+                    TableWriter(dst, self.delimiter, raw=self.raw).writerow(self.header())
                     dst.flush()
                     for part in parts:
                         with open(part, encoding="utf-8", newline="") as src:
@@ -102,14 +102,6 @@ class PartWriter:
 
 def _text(v: Any) -> str:
     return "" if v is None else v if isinstance(v, str) else str(v)
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6f}"
-    return str(v)
 
 
 def parts_dir(out: Path, job_id: int) -> Path:

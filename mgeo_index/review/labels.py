@@ -2,7 +2,6 @@
 reads, so a team's decisions can be measured against any model, shared, and imported elsewhere."""
 from __future__ import annotations
 
-import csv
 import getpass
 import io
 from pathlib import Path
@@ -21,20 +20,20 @@ def reviewer_name() -> str:
         return "unknown"
 
 
-def _cell(text: str) -> str:
-    # the file is read with csv.QUOTE_NONE: a tab or line break inside an address would split the row
-    return " ".join(str(text).split())
+def export_labels(engine, path: str | Path, *, include_undone: bool = False, raw: bool = False) -> int:
+    """Write the store's labels (active ones unless ``include_undone``) to ``path`` atomically; the row count.
 
+    A plain TSV (:class:`mgeo_index.tables.TableWriter`), as ``eval pairs`` and ``labels import`` read it: quotes
+    as they are, whitespace runs as one space, formulas neutralised unless ``raw``."""
+    from mgeo_index.tables import TableWriter
 
-def export_labels(engine, path: str | Path, *, include_undone: bool = False) -> int:
-    """Write the store's labels (active ones unless ``include_undone``) to ``path`` atomically; the row count."""
     rows = store.list_labels(engine, include_undone=include_undone)
     out = io.StringIO()
-    writer = csv.writer(out, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar=None, lineterminator="\n")
+    writer = TableWriter(out, "\t", plain=True, raw=raw)
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([_cell(row["query"]), _cell(row["entry_address"]), row["label"], _cell(row["reviewer"]),
-                         row["decision"], row["created_at"].isoformat(timespec="seconds")])
+        writer.writerow([row["query"], row["entry_address"], row["label"], row["reviewer"], row["decision"],
+                         row["created_at"].isoformat(timespec="seconds")])
     write_text_atomic(path, out.getvalue())
     return len(rows)
 
