@@ -199,3 +199,28 @@ def test_labels_export_writes_quotes_and_reads_back(sample_index, tmp_path):
     assert sorted(a) == sorted(["'=1+1", '北京"朝阳"建国路88号'])
     assert _cli("labels", "export", "--index-dir", index_dir, "--out", out, "--raw-values").exit_code == 0
     assert sorted(read_labeled_pairs(out)[0]) == sorted(["=1+1", '北京"朝阳"建国路88号'])
+
+
+# --------------------------------------------------------------------------- serve without a key: Origin and Host
+
+def test_serve_refuses_cross_origin_posts_and_unknown_hosts(sample_index, tmp_path):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from mgeo_index.cli.serve_commands import allowed_hosts
+    from mgeo_index.service.app import ServeConfig, create_app
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    config = ServeConfig(index_dir=index_dir, allowed_hosts=allowed_hosts("127.0.0.1", None))  # as `serve` starts
+    local = {"Host": "127.0.0.1:8000"}
+    with TestClient(create_app(config)) as client:
+        evil = client.post("/v1/admin/reload?force=true", headers={**local, "Origin": "http://evil.example"})
+        assert evil.status_code == 403
+        assert client.post("/v1/admin/reload", headers={**local, "Origin": "null"}).status_code == 403
+        rebound = client.get("/healthz", headers={"Host": "evil.example:8000"})  # DNS rebinding: another name
+        assert rebound.status_code == 400
+        assert client.get("/healthz", headers=local).status_code == 200
+        same = client.post("/v1/admin/reload", headers={**local, "Origin": "http://127.0.0.1:8000"})
+        assert same.status_code != 403  # this server's own page (or a client sending no Origin) is served
+        assert client.post("/v1/admin/reload", headers=local).status_code != 403
+    assert allowed_hosts("0.0.0.0", None) is None and allowed_hosts("0.0.0.0", ["api.example"]) == ("api.example",)

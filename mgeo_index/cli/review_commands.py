@@ -11,7 +11,7 @@ from rich.markup import escape
 from mgeo_index.cli.errors import fail, friendly_errors
 from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Backend, CrossModel, Db, Device, IndexDir, Model, QueriesFile
 from mgeo_index.cli.render import err, progress
-from mgeo_index.cli.serve_commands import LOG_LEVELS, LOOPBACK, check_port_free
+from mgeo_index.cli.serve_commands import LOG_LEVELS, LOOPBACK, allowed_hosts, check_port_free
 
 
 def review(
@@ -53,7 +53,7 @@ def review(
     try:
         import uvicorn
 
-        from mgeo_index.review.app import LOOPBACK_HOSTS, ReviewState, create_app, parse_api_keys
+        from mgeo_index.review.app import ReviewState, create_app, parse_api_keys
     except ImportError as exc:
         fail(f"{exc}; install the review page with pip install 'mgeo-index[serve]'")
     with friendly_errors():
@@ -85,7 +85,7 @@ def review(
     state = ReviewState(engine=index.resolver.engine, queue=info.name, model_version=info.model_version, keys=keys,
                         local_user=getpass.getuser(), title=str(Path(index_dir)), order=order)
     loopback = host in LOOPBACK
-    application = create_app(state, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    application = create_app(state, allowed_hosts=allowed_hosts(host, None))
     if not loopback and not keys:
         err.print(f"[yellow]Warning:[/] serving on {escape(host)} without --api-key: anyone who can reach it can label.")
     shown = f"[{host}]" if ":" in host else host

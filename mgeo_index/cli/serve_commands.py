@@ -10,6 +10,7 @@ from mgeo_index.cli.errors import fail, friendly_errors
 from mgeo_index.cli.options import DEFAULT_INDEX_DIR, CrossModel, Db, Device, IndexDir, Model, Numbers
 from mgeo_index.cli.render import err
 from mgeo_index.service.config import ServeConfig
+from mgeo_index.service.middleware import LOOPBACK_HOSTS
 
 _DEFAULT = ServeConfig(index_dir=DEFAULT_INDEX_DIR)  # the option defaults (timeout_ms as the float the option is)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -35,6 +36,7 @@ def serve(
                                                 help="Require this key (X-API-Key or Authorization: Bearer) on all but /healthz and /readyz.")] = _DEFAULT.api_key,
     watch: Annotated[float, typer.Option(min=0.0, help="Check the index directory for a new build every N seconds (0: only on SIGHUP or POST /v1/admin/reload).")] = _DEFAULT.watch_s,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug (debug logs request texts).")] = "info",
+    allowed_host: Annotated[list[str] | None, typer.Option("--allowed-host", help="A Host header name the service answers to (repeat for several) \\[default: the loopback names when bound to loopback, else any].")] = None,
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,
@@ -69,12 +71,21 @@ def serve(
             max_wait_ms=max_wait_ms, max_queue=max_queue, timeout_ms=timeout_ms, max_items=max_items,
             max_chars=max_chars, max_body_bytes=max_body_bytes, max_top_k=max_top_k, cache_size=cache_size,
             cache_url=cache, cache_ttl_s=cache_ttl, api_key=api_key or None, watch_s=watch, reload_signal=True,
+            allowed_hosts=allowed_hosts(host, allowed_host),
         )
         application = create_app(config)
     if host not in LOOPBACK and not api_key:
         err.print(f"[yellow]Warning:[/] serving on {escape(host)} without --api-key: anyone who can reach it can use it.")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(application, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+
+
+def allowed_hosts(host: str, given: list[str] | None) -> tuple[str, ...] | None:
+    """The Host header names a server bound to ``host`` answers to: those given; else, on loopback, the loopback
+    names (a page on another site cannot reach it by a name that resolves to 127.0.0.1: DNS rebinding); else any."""
+    if given:
+        return tuple(given)
+    return LOOPBACK_HOSTS if host in LOOPBACK else None
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -37,6 +37,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from mgeo_index import store
 from mgeo_index.features import EXPLAIN_ORDER
+from mgeo_index.service.middleware import LOOPBACK_HOSTS, host_allowed, same_origin  # noqa: F401 (LOOPBACK_HOSTS: re-exported)
 from mgeo_index.store.reviews import DECISIONS, ReviewConflict, ReviewError
 
 HERE = Path(__file__).parent
@@ -51,7 +52,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",  # not no-referrer: browsers would then send Origin: null on our own posts
     "Cache-Control": "no-store",
 }
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # Host header names accepted when serving on loopback
 
 
 def parse_api_keys(values: Sequence[str] | None) -> dict[str, str]:
@@ -195,10 +195,9 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        host = request.url.hostname or ""
-        if allowed_hosts is not None and host not in allowed_hosts:
+        if not host_allowed(request.headers, allowed_hosts):
             return _secured(Response("unknown Host header", 400, media_type="text/plain"))
-        if request.method == "POST" and not _same_origin(request):
+        if request.method == "POST" and not same_origin(request.headers):
             return _secured(Response("cross-origin form posts are refused", 403, media_type="text/plain"))
         return _secured(await call_next(request))
 
@@ -311,15 +310,6 @@ def _secured(response: Response) -> Response:
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response
-
-
-def _same_origin(request: Request) -> bool:
-    """A POST whose Origin (or, without one, Referer) is this server's, or that names none (non-browser
-    clients). Browsers send Origin on form posts, so another site's page cannot post decisions."""
-    origin = request.headers.get("origin") or request.headers.get("referer")
-    if origin is None:
-        return True
-    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def _read_flash(request: Request) -> dict | None:

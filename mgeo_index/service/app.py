@@ -124,7 +124,8 @@ def create_app(config: ServeConfig) -> FastAPI:
     )
     app.state.mgeo = state
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, metrics=metrics)
-    app.add_middleware(Guard, api_key=config.api_key, metrics=metrics)  # outermost: before the body is read
+    app.add_middleware(Guard, api_key=config.api_key, metrics=metrics,  # outermost: before the body is read
+                       allowed_hosts=config.allowed_hosts)
 
     @app.exception_handler(HTTPProblem)
     async def problem(request: Request, exc: HTTPProblem):

@@ -27,5 +27,6 @@ class ServeConfig:
     cache_url: str | None = None
     cache_ttl_s: int = 0  # Redis entries expire after this many seconds (0: never)
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] | None = None  # Host header names answered (None: any; the CLI: loopback names)
     watch_s: float = 0.0  # poll the index directory for a new build every watch_s seconds (0: off)
     reload_signal: bool = False  # SIGHUP reloads (the CLI turns it on; needs the main thread)

@@ -19,7 +19,7 @@ class Metrics:
     cache_hits: Counter
     cache_misses: Counter
     cache_errors: Counter  # operation: read, write, clear (Redis trouble; requests still answered)
-    rejected: Counter  # reason: queue_full, deadline, too_large, invalid, unauthorized, not_ready, error
+    rejected: Counter  # reason: queue_full, deadline, too_large, invalid, unauthorized, bad_host, cross_origin, not_ready, error
     index_entries: Gauge
     index_build: Gauge  # build_id, version; value 1 for the index being served
     reloads: Counter  # outcome

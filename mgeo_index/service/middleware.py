@@ -1,9 +1,11 @@
-"""The service's ASGI middleware: the request body limit, and the API-key guard with the request
-latency histogram."""
+"""The service's ASGI middleware: the request body limit, and the guard (Host and Origin checks, the API key)
+with the request latency histogram. The Host and Origin checks are the review app's too."""
 from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
@@ -11,6 +13,27 @@ from starlette.datastructures import Headers
 from mgeo_index.service.metrics import Metrics
 
 UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # Host header names accepted when serving on loopback
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def host_allowed(headers: Headers, allowed_hosts: Sequence[str] | None) -> bool:
+    """Whether the request's Host header names this server (``allowed_hosts``; None: any): a page on another
+    site whose name resolves to this server's address (DNS rebinding) sends its own name."""
+    if allowed_hosts is None:
+        return True
+    host = headers.get("host", "")
+    name = urlsplit(f"//{host}").hostname or ""
+    return name in allowed_hosts or f"[{name}]" in allowed_hosts
+
+
+def same_origin(headers: Headers) -> bool:
+    """A request whose Origin (or, without one, Referer) is this server's, or that names none (non-browser
+    clients). Browsers send Origin on cross-site posts, so another site's page cannot post here."""
+    origin = headers.get("origin") or headers.get("referer")
+    if origin is None:
+        return True
+    return origin != "null" and urlsplit(origin).netloc == headers.get("host", "")
 
 
 class BodyLimit:
@@ -54,10 +77,12 @@ class BodyLimit:
 
 
 class Guard:
-    """ASGI middleware: the API key on all but /healthz and /readyz, and the request latency histogram."""
+    """ASGI middleware: a Host header this server answers to (``allowed_hosts``; None: any), no cross-origin
+    browser posts (every POST: the admin reload changes state, the queries spend compute), the API key on all but
+    /healthz and /readyz, and the request latency histogram."""
 
-    def __init__(self, app, api_key: str | None, metrics: Metrics) -> None:
-        self.app, self.api_key, self.metrics = app, api_key, metrics
+    def __init__(self, app, api_key: str | None, metrics: Metrics, allowed_hosts: Sequence[str] | None = None) -> None:
+        self.app, self.api_key, self.metrics, self.allowed_hosts = app, api_key, metrics, allowed_hosts
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -71,7 +96,14 @@ class Guard:
                 status = message["status"]
             await send(message)
 
-        if self.api_key and scope["path"] not in UNPROTECTED and not _key_ok(Headers(scope=scope), self.api_key):
+        headers = Headers(scope=scope)
+        if not host_allowed(headers, self.allowed_hosts):
+            self.metrics.rejected.labels(reason="bad_host").inc()
+            await JSONResponse({"detail": "unknown Host header (serve --allowed-host)"}, 400)(scope, receive, send_and_note)
+        elif scope["method"] in WRITE_METHODS and not same_origin(headers):
+            self.metrics.rejected.labels(reason="cross_origin").inc()
+            await JSONResponse({"detail": "cross-origin requests are refused"}, 403)(scope, receive, send_and_note)
+        elif self.api_key and scope["path"] not in UNPROTECTED and not _key_ok(headers, self.api_key):
             self.metrics.rejected.labels(reason="unauthorized").inc()
             answer = JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
                                   headers={"WWW-Authenticate": "Bearer"})
