@@ -224,3 +224,46 @@ def test_serve_refuses_cross_origin_posts_and_unknown_hosts(sample_index, tmp_pa
         assert same.status_code != 403  # this server's own page (or a client sending no Origin) is served
         assert client.post("/v1/admin/reload", headers=local).status_code != 403
     assert allowed_hosts("0.0.0.0", None) is None and allowed_hosts("0.0.0.0", ["api.example"]) == ("api.example",)
+
+
+# --------------------------------------------------------------------------- review: overflow, key guessing, sessions
+
+def test_review_refuses_huge_ids_throttles_wrong_keys_and_ends_sessions_at_logout(sample_index, tmp_path):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from mgeo_index.api import AddressIndex
+    from mgeo_index.review import queue as review_queue
+    from mgeo_index.review.app import SESSION_COOKIE, THROTTLE_FAILURES, ReviewState, create_app, parse_api_keys
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    queries = tmp_path / "queries.txt"
+    queries.write_text("深圳南山中山路75号东方科技园\n南京鼓楼中山路89号星河广场\n", encoding="utf-8")
+    with AddressIndex.open(index_dir, device="cpu") as index:
+        info = review_queue.open_queue(index, file=queries)
+        state = ReviewState(engine=index.resolver.engine, queue=info.name, model_version=review_queue.model_version(index),
+                            keys=parse_api_keys(["alice:s3cret-a"]))
+        client = TestClient(create_app(state))
+        json_key = {"Accept": "application/json", "X-API-Key": "s3cret-a"}
+        item = client.get("/", headers=json_key).json()["item"]
+        for field in ("item_id", "version"):
+            data = {"item_id": item["id"], "version": item["version"], "model_version": item["model_version"],
+                    "decision": "skip", field: 2**70}
+            answer = client.post("/decide", data=data, headers=json_key)
+            assert answer.status_code == 422 and "between" in answer.json()["detail"]
+        assert client.get("/", headers=json_key).status_code == 200  # the connection and the app are fine
+
+        login = client.post("/login", data={"key": "s3cret-a"}, follow_redirects=False)
+        token = login.cookies.get(SESSION_COOKIE) or client.cookies.get(SESSION_COOKIE)
+        assert token and "s3cret-a" not in token
+        assert client.get("/", headers={"Accept": "application/json"}).status_code == 200
+        client.post("/logout")
+        client.cookies.set(SESSION_COOKIE, token)  # the old cookie, kept by an attacker
+        assert client.get("/", headers={"Accept": "application/json"}).status_code == 401
+
+        guesser = TestClient(create_app(state))
+        state.throttle.seen.clear()  # the dead cookie above counted as one wrong try: start the count afresh
+        codes = [guesser.post("/login", data={"key": f"guess-{i}"}).status_code for i in range(THROTTLE_FAILURES + 5)]
+        assert codes[:THROTTLE_FAILURES] == [401] * THROTTLE_FAILURES and set(codes[THROTTLE_FAILURES:]) == {429}
+        refused = guesser.post("/login", data={"key": "s3cret-a"})  # even the right key waits out the window
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1

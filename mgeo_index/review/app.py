@@ -8,9 +8,10 @@ next item (POST → 303 → GET). The page works without JavaScript (every decis
 
 Security: the CLI binds loopback by default. With API keys (``NAME:KEY`` names the reviewer; a bare
 key is "reviewer") a request needs the key, in ``X-API-Key`` / ``Authorization: Bearer`` or the
-HttpOnly, SameSite=Strict session cookie set by the login form (which holds a keyed hash, not the
-key). Without keys the reviewer is the OS user. POSTs from another origin are refused (CSRF), an
-allowed-hosts list stops DNS rebinding, and a strict Content-Security-Policy forbids inline script.
+HttpOnly, SameSite=Strict session cookie set by the login form (a random session id the server keeps, never
+the key; ended by logout and after 12 hours, and by a restart). Without keys the reviewer is the OS user. Wrong keys are throttled per client (THROTTLE_FAILURES in THROTTLE_WINDOW_S seconds, then 429 until the
+window passes). POSTs from another origin are refused (CSRF), an allowed-hosts list stops DNS rebinding, ids and
+versions outside 64-bit range are refused (422), and a strict Content-Security-Policy forbids inline script.
 
 Answers: a browser (form post) gets 303 redirects with a one-shot flash cookie; a client asking for
 ``Accept: application/json`` gets JSON and the status: 404 (item not in this queue), 409 (decided by
@@ -19,11 +20,12 @@ someone else meanwhile, stale model version), 422 (bad decision or candidate), 4
 from __future__ import annotations
 
 import getpass
-import hashlib
 import hmac
 import json
+import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,10 +70,39 @@ def parse_api_keys(values: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def _session_token(name: str, key: str) -> str:
-    """The cookie a login sets: the reviewer's name and a hash keyed by their API key (the key itself
-    never travels in a cookie; the token stays valid across restarts with the same keys)."""
-    return f"{quote(name)}.{hmac.new(key.encode(), b'mgeo-review-session:' + name.encode(), hashlib.sha256).hexdigest()}"
+SESSION_S = 12 * 3600  # a login lasts this long
+THROTTLE_FAILURES = 10  # wrong keys a client may send within THROTTLE_WINDOW_S before it gets 429
+THROTTLE_WINDOW_S = 60.0
+MAX_ID = 2**63 - 1  # what the store's integer columns hold
+
+
+class Throttle:
+    """Wrong keys per client: after ``failures`` within ``window_s`` seconds, the client is refused until its
+    oldest failure leaves the window (a key cannot be guessed at request speed)."""
+
+    def __init__(self, failures: int = THROTTLE_FAILURES, window_s: float = THROTTLE_WINDOW_S) -> None:
+        self.failures, self.window_s = failures, window_s
+        self.seen: dict[str, deque[float]] = {}
+        self.lock = threading.Lock()
+
+    def retry_after(self, client: str) -> int:
+        """Seconds the client must wait (0: it may try)."""
+        with self.lock:
+            times = self._recent(client)
+            return 0 if len(times) < self.failures else max(1, int(times[0] + self.window_s - time.monotonic()) + 1)
+
+    def failed(self, client: str) -> None:
+        with self.lock:
+            self._recent(client).append(time.monotonic())
+
+    def _recent(self, client: str) -> deque[float]:
+        times = self.seen.setdefault(client, deque())
+        while times and times[0] < time.monotonic() - self.window_s:
+            times.popleft()
+        if len(self.seen) > 10_000:  # forget idle clients
+            for other in [c for c, t in self.seen.items() if not t and c != client]:
+                del self.seen[other]
+        return times
 
 
 @dataclass
@@ -88,6 +119,8 @@ class ReviewState:
     order: str = "uncertainty"  # store.QUEUE_ORDERS
     claims: dict[int, tuple[str, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    sessions: dict[str, tuple[str, float]] = field(default_factory=dict)  # session id -> (reviewer, expiry)
+    throttle: Throttle = field(default_factory=Throttle)
 
     def __post_init__(self) -> None:
         self.active_at_start = _active_fingerprint(self.engine)  # adapt or a rollback changes it: items go stale
@@ -102,10 +135,32 @@ class ReviewState:
             auth = request.headers.get("authorization", "")
             given = auth[7:] if auth[:7].lower() == "bearer " else None
         if given is not None:
-            return next((name for key, name in self.keys.items() if hmac.compare_digest(given.encode(), key.encode())), None)
+            return self.by_key(given)
         token = request.cookies.get(SESSION_COOKIE, "")
-        return next((name for key, name in self.keys.items()
-                     if hmac.compare_digest(token.encode(), _session_token(name, key).encode())), None)
+        with self.lock:
+            name, expires = self.sessions.get(token, (None, 0.0))
+            if name is not None and expires < time.time():
+                del self.sessions[token]
+                return None
+        return name
+
+    def by_key(self, given: str) -> str | None:
+        """The reviewer whose key this is (compared in constant time), or None."""
+        return next((name for key, name in self.keys.items() if hmac.compare_digest(given.encode(), key.encode())), None)
+
+    def start_session(self, name: str) -> str:
+        """A new random session id for reviewer ``name`` (the key never travels in a cookie)."""
+        token = secrets.token_urlsafe(32)
+        with self.lock:
+            now = time.time()
+            for old in [t for t, (_, expires) in self.sessions.items() if expires < now]:
+                del self.sessions[old]
+            self.sessions[token] = (name, now + SESSION_S)
+        return token
+
+    def end_session(self, token: str) -> None:
+        with self.lock:
+            self.sessions.pop(token, None)
 
     def stale_reason(self, shown_version: str, item: dict) -> str | None:
         """Why a decision made on a page showing ``shown_version`` must be refused, or None."""
@@ -199,6 +254,10 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
             return _secured(Response("unknown Host header", 400, media_type="text/plain"))
         if request.method == "POST" and not same_origin(request.headers):
             return _secured(Response("cross-origin form posts are refused", 403, media_type="text/plain"))
+        wait = state.throttle.retry_after(_client(request)) if state.keys else 0
+        if wait:
+            return _secured(Response(f"too many wrong keys; try again in {wait} s", 429, media_type="text/plain",
+                                     headers={"Retry-After": str(wait)}))
         return _secured(await call_next(request))
 
     def render(name: str, status: int = 200, **context) -> HTMLResponse:
@@ -217,6 +276,9 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
         return response
 
     def unauthorized(request: Request) -> Response:
+        headers = request.headers
+        if headers.get("x-api-key") is not None or headers.get("authorization") or request.cookies.get(SESSION_COOKIE):
+            state.throttle.failed(_client(request))  # a wrong key or a dead session: counted
         if wants_json(request):
             return JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -245,6 +307,8 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
         reviewer = state.reviewer(request)
         if reviewer is None:
             return unauthorized(request)
+        if not all(0 <= n <= MAX_ID for n in (item_id, version, candidate or 0)):
+            return answer(request, 422, f"item_id, version and candidate must be between 0 and {MAX_ID}")
         item = store.get_review_item(state.engine, item_id)
         if item is None or item["queue"] != state.queue:
             return answer(request, 404, f"item {item_id} is not in this review queue ({state.queue})")
@@ -285,16 +349,18 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
 
     @app.post("/login")
     def login(request: Request, key: str = Form("")):
-        found = next(((k, n) for k, n in state.keys.items() if hmac.compare_digest(key.encode(), k.encode())), None)
-        if found is None:
+        name = state.by_key(key)
+        if name is None:
+            state.throttle.failed(_client(request))
             return render("login.html", status=401, flash={"kind": "error", "text": "wrong key"})
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(SESSION_COOKIE, _session_token(found[1], found[0]), httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", max_age=12 * 3600)
+        response.set_cookie(SESSION_COOKIE, state.start_session(name), httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", max_age=SESSION_S)
         return response
 
     @app.post("/logout")
-    def logout():
+    def logout(request: Request):
+        state.end_session(request.cookies.get(SESSION_COOKIE, ""))  # the session ends here, not only in this browser
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response
@@ -304,6 +370,10 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
         return {"status": "ok", "queue": state.queue}
 
     return app
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def _secured(response: Response) -> Response:
