@@ -19,6 +19,7 @@ from pathlib import Path
 from mgeo_index import generations, index as faiss_index, settings, store, vector_store as vector_stores
 from mgeo_index.build_engines import BuildEngine, make_build_engine
 from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
+from mgeo_index.files import writable
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import has_content, normalize
@@ -166,6 +167,9 @@ def build(
     index_dir = Path(index_dir)
     if index_dir.exists() and not index_dir.is_dir():
         raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
+    if not writable(index_dir):
+        raise ValueError(f"cannot write into --index-dir {index_dir}: it is read-only here; {kind} into a writable "
+                         "directory (a read-only copy of an index can be queried and checked, not written)")
     if kind == "build":
         generations.check_writable_here(index_dir, force)
     index_dir.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,23 @@ def replace_atomic(path: PathLike, write: Callable[[str], None]) -> None:
     fsync_dir(directory)
 
 
+def writable(directory: PathLike) -> bool:
+    """Whether files can be created in ``directory`` (or, when it does not exist, in its nearest existing
+    parent): tried, not inferred from mode bits (a read-only mount, an immutable directory, root)."""
+    path = Path(directory)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".mgeo-write-probe.", dir=path)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
 def write_text_atomic(path: PathLike, text: str) -> None:
     def write(tmp: str) -> None:
         Path(tmp).write_text(text, encoding="utf-8")

@@ -267,3 +267,48 @@ def test_review_refuses_huge_ids_throttles_wrong_keys_and_ends_sessions_at_logou
         assert codes[:THROTTLE_FAILURES] == [401] * THROTTLE_FAILURES and set(codes[THROTTLE_FAILURES:]) == {429}
         refused = guesser.post("/login", data={"key": "s3cret-a"})  # even the right key waits out the window
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+
+
+# --------------------------------------------------------------------------- read-only indexes
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Make a directory read-only for this process, as a read-only mount or another user's copy is: mode bits when
+    not root, the immutable attribute (chattr) as root; undone afterwards."""
+    import os
+    import subprocess
+
+    made: list = []
+
+    def make(path):
+        if os.geteuid() != 0:
+            for p in [path, *path.rglob("*")]:
+                p.chmod(p.stat().st_mode & ~0o222)
+            made.append(("chmod", path))
+            return path
+        done = subprocess.run(["chattr", "-R", "+i", str(path)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a directory read-only as root here (chattr: {done.stderr.decode().strip()})")
+        made.append(("chattr", path))
+        return path
+
+    yield make
+    for how, path in made:
+        if how == "chattr":
+            subprocess.run(["chattr", "-R", "-i", str(path)], check=True)
+        else:
+            for p in [path, *path.rglob("*")]:
+                p.chmod(p.stat().st_mode | 0o200)
+
+
+def test_a_read_only_index_resolves_and_checks_and_a_build_there_says_what_it_cannot_write(
+        sample_index, tmp_path, read_only):
+    index_dir = read_only(copy_index(sample_index, tmp_path / "idx"))
+    answer = _cli("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "1")
+    assert answer.exit_code == 0, answer.output
+    assert json.loads(answer.output)["matches"][0]["source_id"] == "P0001"
+    checked = _cli("check", "--index-dir", index_dir)
+    assert checked.exit_code == 0 and "clean" in checked.output, checked.output
+    built = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", index_dir, "--id-column", "poi_id")
+    assert built.exit_code != 0 and "read-only" in built.output and "Traceback" not in built.output
+    assert len(built.output.strip().splitlines()) <= 3

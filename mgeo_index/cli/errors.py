@@ -56,6 +56,8 @@ def explain(exc: Exception) -> tuple[str, str] | None:
     """(label, message) of the one line a known failure is shown as; None for anything else (a bug: traceback)."""
     if isinstance(exc, (FileNotFoundError, NotADirectoryError, ValueError, ImportError)) or _is(exc, *_USER_ERRORS):
         return "Error", str(exc)
+    if isinstance(exc, PermissionError):  # a file or directory this user or mount cannot write
+        return "Error", f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; use a writable place"
     if _is(exc, ("alembic.util.exc", "CommandError")):  # a revision this version does not know (a newer release migrated the store)
         return "Database error", (f"{exc}. The store may have been migrated by a newer mgeo-index; "
                                   "use that version, or `mgeo-index db current` to see its revision.")

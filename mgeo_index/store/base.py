@@ -114,17 +114,69 @@ def exists(url: str) -> bool:
     return Path(u.database).expanduser().exists()
 
 
+class ReadOnlyStore(ValueError):
+    """A read-only SQLite store that cannot be used as it is (an older schema, a pending write-ahead log)."""
+
+
+def _read_only_file(u) -> Path | None:
+    """The SQLite file of ``u`` when it exists and cannot be written here (a read-only copy or mount)."""
+    if u.get_backend_name() != "sqlite" or not u.database or u.database.startswith("file:") or u.database == ":memory:":
+        return None
+    from mgeo_index.files import writable
+
+    path = Path(u.database).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "r+b"):
+            pass
+    except OSError:
+        return path
+    return None if writable(path.parent) else path
+
+
+def _connect_read_only(path: Path) -> Engine:
+    """The store in a read-only place, opened read-only and immutable (no lock or WAL files to create): for
+    reading an index a writer checkpointed (every generation switch does)."""
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise ReadOnlyStore(f"{path} is read-only and its write-ahead log {wal.name} holds changes not yet in it; open "
+                            "the index once where it is writable (any mgeo-index command), then copy it again")
+    engine = create_engine(f"sqlite:///file:{path}?mode=ro&immutable=1&uri=true")
+    with engine.connect() as conn:
+        revision = MigrationContext.configure(conn).get_current_revision()
+    if revision != alembic_head():
+        engine.dispose()
+        raise ReadOnlyStore(f"{path} is read-only and at schema {revision}, but this version reads {alembic_head()}: "
+                            f"run `mgeo-index db upgrade` on it where it is writable")
+    event.listen(engine, "connect", lambda dbapi_conn, _record: dbapi_conn.execute("PRAGMA query_only=ON"))
+    return engine
+
+
+def checkpoint(engine: Engine) -> None:
+    """SQLite: move the write-ahead log into the database file, so a copy of the file alone (a read-only
+    deployment) holds every committed change. Nothing elsewhere."""
+    if engine.dialect.name == "sqlite" and not _is_sqlite_memory(str(engine.url)):
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
 def connect(url: str) -> Engine:
     """Engine for ``url`` with all migrations applied.
 
     SQLite: the database file's directory is created, and every connection gets
     ``foreign_keys=ON`` and WAL journaling.  An in-memory SQLite database lives in
-    a single shared connection (StaticPool), migrated through that connection.
+    a single shared connection (StaticPool), migrated through that connection. A SQLite file that cannot be
+    written here (a read-only copy of an index) is opened read-only (:func:`_connect_read_only`): queries work,
+    writes fail.
     """
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
         upgrade(url)
         return create_engine(url, pool_pre_ping=True)
+    read_only = _read_only_file(u)
+    if read_only is not None:
+        return _connect_read_only(read_only)
 
     memory = _is_sqlite_memory(url)
     if not memory and u.database and not u.database.startswith("file:"):

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Engine, ForeignKey, Index, Integer, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from mgeo_index.store.base import _IN_CHUNK, Base, _as_dict, _utcnow
+from mgeo_index.store.base import _IN_CHUNK, Base, _as_dict, _utcnow, checkpoint
 from mgeo_index.store.builds import Build
 from mgeo_index.store.catalogs import Catalog
 
@@ -95,7 +95,9 @@ def switch_generation(
         if build_id is not None:
             values = {"status": "complete", "finished_at": _utcnow(), **(build_fields or {})}
             session.execute(update(Build).where(Build.id == build_id).values(**values))
-        return generation.id
+        switched = generation.id
+    checkpoint(engine)  # the database file alone now holds the generation: a read-only copy of it serves it
+    return switched
 
 
 def delete_generations(engine: Engine, ids: Iterable[int]) -> None:
