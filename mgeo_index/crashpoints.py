@@ -6,7 +6,8 @@ exactly what a power cut or the OOM killer does.  The points, in the order a wri
 - ``stored``: the rows are committed to the store, nothing is embedded yet;
 - ``embedding``: the first batch of new entries is embedded, the rest is not;
 - ``index-write``: the FAISS file (or Milvus collection) is written, the n-gram index file is half written;
-- ``switch``: every file of the new generation is complete, the pointer has not moved.
+- ``switch``: every file of the new generation is complete, the pointer has not moved;
+- ``job-part``: a normalize job recorded a part (``job-part:N``: its N-th).
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import os
 import signal
 
 ENV = "MGEO_INDEX_CRASH_AT"
-POINTS = ("stored", "embedding", "index-write", "switch")
+POINTS = ("stored", "embedding", "index-write", "switch", "job-part")
 
 
-def crashpoint(name: str) -> None:
-    """SIGKILL this process if ``MGEO_INDEX_CRASH_AT`` names this point (tests only)."""
+def crashpoint(name: str, count: int | None = None) -> None:
+    """SIGKILL this process if ``MGEO_INDEX_CRASH_AT`` names this point (tests only); ``name:N`` names its
+    ``count``-th passage."""
     if name not in POINTS:
         raise ValueError(f"unknown crash point {name!r}; known: {', '.join(POINTS)}")
-    if os.environ.get(ENV) == name:
+    wanted = os.environ.get(ENV)
+    if wanted == name or (count is not None and wanted == f"{name}:{count}"):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mgeo_index import settings, store
+from mgeo_index.crashpoints import crashpoint
 from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
 from mgeo_index.normalize.policy import (
@@ -381,6 +382,7 @@ def _run(eng, job: dict, writer: PartWriter, chunks, engine: Engine, resolving: 
         done += len(chunk.records)
         store.add_checkpoint(eng, job["id"], seq=seq, rows_end=done, rows=len(chunk.records), part_file=name,
                              part_bytes=size, counts=counts)
+        crashpoint("job-part", seq)  # tests: die with this part recorded, the rest not done
         for s in STATUSES:
             result.counts[s] += counts[s]
         progress(len(chunk.records), rows_total)

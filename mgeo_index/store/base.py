@@ -7,6 +7,7 @@ The schema is created and evolved only by the Alembic migrations in ``migrations
 from __future__ import annotations
 
 import importlib.resources
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -127,12 +128,9 @@ def _read_only_file(u) -> Path | None:
     path = Path(u.database).expanduser()
     if not path.is_file():
         return None
-    try:
-        with open(path, "r+b"):
-            pass
-    except OSError:
-        return path
-    return None if writable(path.parent) else path
+    # access(2), not open(): closing any descriptor of the file would drop this process's SQLite locks on it
+    # (POSIX record locks belong to the process); access() sees immutable files and read-only mounts, as root too
+    return None if os.access(path, os.W_OK) and writable(path.parent) else path
 
 
 def _connect_read_only(path: Path) -> Engine:
