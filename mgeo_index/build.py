@@ -49,6 +49,7 @@ class BuildResult:
     address_column: str | None = None  # the columns read (detected, given or the catalog's own)
     id_column: str | None = None
     columns_reason: str = ""  # why those columns (detected: what their names and values said)
+    blank_lines: int = 0  # blank lines in the file (no record, skipped)
     index_path: str = ""
     rejects_path: str | None = None
     engine: str = "local"  # where parsing and embedding ran (build_engines)
@@ -255,6 +256,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             if rejects:
                 result.rows_rejected += write_rejects(rejects_path, rejects)
             progress("read", read, None)
+        result.blank_lines = reader.blank_lines
         timings["store"] = time.perf_counter() - started - timings.get(f"{compute.name} start", 0.0)
 
         # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index.settings import MAX_QUERY_CHARS
+from mgeo_index.text.normalize import normalize
 
 __all__ = [
     "CatalogError",
@@ -320,6 +321,7 @@ class CatalogReader:
         encoding: str | None = None,
         dedupe: bool = True,
         detect_id: bool = False,
+        reject_blank: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -329,6 +331,8 @@ class CatalogReader:
         self.max_chars = max_chars
         self.chunk_size = chunk_size
         self.dedupe = dedupe  # False: repeated ids / addresses are legitimate rows (normalize jobs)
+        self.reject_blank = reject_blank  # True: a blank line is a reject ("blank line"), keeping its place
+        self.blank_lines = 0  # blank lines skipped by the last pass (reject_blank False)
         self.encoding = encoding or detect_encoding(self.path)
 
         with self._open() as fh:
@@ -391,9 +395,10 @@ class CatalogReader:
     def chunks(self) -> Iterator[tuple[list[Row], list[Reject]]]:
         """Stream the file as ``(rows, rejects)`` per ``chunk_size`` records.
 
-        Blank lines are skipped silently; every other record ends up in exactly one
-        of the two lists.  Each call starts reading from the top again.
+        Blank lines are skipped and counted (``blank_lines``), or with ``reject_blank`` rejected as "blank line";
+        every other record ends up in exactly one of the two lists.  Each call starts reading from the top again.
         """
+        self.blank_lines = 0
         n_fields = len(self.columns)
         addr_i = self.columns.index(self.address_column)
         id_i = None if self.id_column is None else self.columns.index(self.id_column)
@@ -420,10 +425,14 @@ class CatalogReader:
                     rejects.append(Reject(line, f"malformed record: {exc}", self._raw(text)))
                 else:
                     line, text = tap.take()
-                    if not text.strip():
-                        continue  # blank line (a row of empty fields is still checked)
-                    outcome = self._check(fields, line, text, n_fields, addr_i, id_i, extra_cols, seen)
-                    (rows if isinstance(outcome, Row) else rejects).append(outcome)
+                    if not text.strip():  # blank line (a row of empty fields is still checked)
+                        if self.reject_blank:
+                            rejects.append(Reject(line, "blank line (no fields)", self._raw(text)))
+                        else:
+                            self.blank_lines += 1
+                    else:
+                        outcome = self._check(fields, line, text, n_fields, addr_i, id_i, extra_cols, seen)
+                        (rows if isinstance(outcome, Row) else rejects).append(outcome)
                 if len(rows) + len(rejects) >= self.chunk_size:
                     yield rows, rejects
                     rows, rejects = [], []
@@ -473,8 +482,8 @@ class CatalogReader:
             if bad:
                 return reject(f"control character {bad} in column {self.id_column!r}")
             key, what = source_id, f"same id {source_id!r}"
-        else:
-            key, what = _WHITESPACE.sub("", address), "same address"
+        else:  # the store's key: the normalized address (a full-width or spaced copy is the same entry)
+            key, what = normalize(address), "same address"
         first = seen.setdefault(hash(key), line) if self.dedupe else line
         if first != line:
             return reject(f"duplicate of line {first} ({what})")
@@ -491,6 +500,7 @@ def read_catalog(
     encoding: str | None = None,
     dedupe: bool = True,
     detect_id: bool = False,
+    reject_blank: bool = False,
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
@@ -509,6 +519,7 @@ def read_catalog(
         encoding=encoding,
         dedupe=dedupe,
         detect_id=detect_id,
+        reject_blank=reject_blank,
     )
 
 

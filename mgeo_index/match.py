@@ -13,7 +13,7 @@ from mgeo_index.model import group_head
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.tables import TableWriter
-from mgeo_index.text import has_content, model_text
+from mgeo_index.text import has_content, model_text, printable
 
 PAIR_COLUMNS = ("a", "b")
 
@@ -86,11 +86,17 @@ def match_file(
 
     def write(tmp: str) -> None:
         nonlocal _last_line
-        with open_text(pairs_path, encoding) as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
+        # undecodable bytes are kept as surrogates and reported on their own row (a strict decoder fails on a
+        # read-ahead buffer, lines after the last row read)
+        with open_text(pairs_path, encoding, errors="surrogateescape") as src, \
+                open(tmp, "w", encoding="utf-8", newline="") as dst:
             delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
             src.seek(0)
             reader = csv.DictReader(src, delimiter=delimiter)
             columns = list(reader.fieldnames or [])
+            if any(c != printable(c) for c in columns):
+                raise CatalogError(f"{pairs_path}: the header line has undecodable bytes (read as {encoding}); "
+                                   "re-save the file as UTF-8")
             missing = [c for c in PAIR_COLUMNS if c not in columns]
             if missing:
                 raise CatalogError(
@@ -137,11 +143,17 @@ def match_file(
             for row in reader:
                 line = _last_line = reader.line_num
                 result.rows += 1
+                undecodable = [c for c, v in row.items() if isinstance(v, str) and v != printable(v)]
+                for c in undecodable:
+                    row[c] = printable(row[c])  # written back as U+FFFD
                 row["_sides"] = tuple(model_text(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
                 empty = [c for c, text in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(text)]
                 extra = row.pop(None, None)  # fields beyond the header's
-                row["_ok"] = not empty and not extra
-                if extra:
+                row["_ok"] = not empty and not extra and not undecodable
+                if undecodable:
+                    result.invalid.append(f"line {line}: undecodable bytes in column {', '.join(map(repr, undecodable))} "
+                                          f"(read as {encoding}); re-save the file as UTF-8")
+                elif extra:
                     result.invalid.append(f"line {line}: {len(columns) + len(extra)} fields, the header has {len(columns)}")
                 elif empty:
                     result.invalid.append(f"line {line}: no letter or digit in column {', '.join(repr(c) for c in empty)}")
@@ -151,11 +163,6 @@ def match_file(
             flush()
     try:
         files.replace_atomic(out_path, write)
-    except UnicodeDecodeError as exc:
-        raise CatalogError(
-            f"{pairs_path}: undecodable bytes ({exc.reason}) after line {_last_line}; the file was read as "
-            f"{encoding}: re-save it as UTF-8"
-        ) from None
     except csv.Error as exc:
         raise CatalogError(f"{pairs_path}: line {_last_line + 1}: {exc} (an unclosed quote?); fix the quoting") from None
     return result

@@ -312,3 +312,48 @@ def test_a_read_only_index_resolves_and_checks_and_a_build_there_says_what_it_ca
     built = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", index_dir, "--id-column", "poi_id")
     assert built.exit_code != 0 and "read-only" in built.output and "Traceback" not in built.output
     assert len(built.output.strip().splitlines()) <= 3
+
+
+# --------------------------------------------------------------------------- nothing dropped silently
+
+def test_blank_lines_of_a_normalize_input_keep_their_place_as_rejected_rows(sample_index, tmp_path):
+    import csv
+
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    source = tmp_path / "stores.csv"
+    source.write_text("store_id,address\nS1,深圳南山中山路75号东方科技园\n\nS2,南京鼓楼中山路89号星河广场\n   \n"
+                      "S3,杭州西湖文三路478号\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    assert _cli("normalize", source, "--index-dir", index_dir, "--out", out).exit_code == 0
+    with open(out, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(source.read_text(encoding="utf-8").splitlines()) - 1  # every line after the header
+    assert [(r["store_id"].strip(), r["status"] == "rejected") for r in rows] == [
+        ("S1", False), ("", True), ("S2", False), ("", True), ("S3", False)]
+    assert {r["reason"] for r in rows if r["status"] == "rejected"} == {"blank line (no fields)"}
+
+
+def test_invisible_characters_and_full_width_copies_are_the_same_entry_and_counted_alike(tmp_path):
+    from mgeo_index.text import normalize
+
+    assert normalize("文三路\u200b478号") == normalize("\ufeff文三路\u202e478号\u200d") == normalize("文三路478号")
+    catalog = tmp_path / "c.csv"
+    catalog.write_text("address\n浙江省杭州市西湖区文三路478号\n浙江省杭州市西湖区文三路\u200b478号\n"
+                       "浙江省杭州市西湖区文三路４７８号\n浙江省杭州市西湖区文三路478号\n\n", encoding="utf-8")
+    result = build(catalog, tmp_path / "idx", device="cpu")
+    assert (result.rows_inserted, result.rows_rejected, result.blank_lines) == (1, 3, 1)
+    rejects = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
+    assert rejects.count("duplicate of line 2") == 3
+
+
+def test_match_names_the_line_that_holds_undecodable_bytes(tmp_path):
+    lines = ["a\tb"] + [f"北京朝阳建国路{i}号\t北京市朝阳区建国路{i}号" for i in range(1, 10)]
+    data = ("\n".join(lines) + "\n").encode() + "上海".encode() + b"\xff\xfe" + "浦东\t上海市浦东新区\n杭州\t杭州市\n".encode()
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_bytes(data)
+    out = tmp_path / "out.tsv"
+    result = _cli("match", "--file", pairs, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "line 11: undecodable bytes" in " ".join(result.output.split())
+    rows = out.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 12 and rows[10].startswith("上海\ufffd\ufffd浦东") and rows[11].startswith("杭州")

@@ -82,6 +82,7 @@ def build_table(result) -> Table:
         ("updated entries", result.rows_updated),
         ("already stored", result.rows_skipped),
         ("rejected", result.rows_rejected),
+        *((("blank lines skipped", result.blank_lines),) if getattr(result, "blank_lines", 0) else ()),
         ("entries in store", result.entries_total),
         ("vectors in index", result.vectors_total),
         ("vectors added", result.vectors_added),

@@ -158,5 +158,5 @@ def open_input(path: Path, *, address_column: str | None, id_column: str | None,
         reader = ParquetReader(path, address_column=address_column, id_column=id_column, max_chars=max_chars, chunk_size=chunk_size)
         return reader, reader.record_chunks, reader.rows_total
     reader = read_catalog(path, address_column=address_column, id_column=id_column, max_chars=max_chars,
-                          chunk_size=chunk_size, dedupe=False)
+                          chunk_size=chunk_size, dedupe=False, reject_blank=True)  # every line has its output row
     return reader, (lambda: _csv_chunks(reader)), None

@@ -27,7 +27,10 @@ _NOISE = re.compile(r"[\"'`~!！@$%^&*_=+|\\;:；：,，。、?？<>《》「」
 # Control characters, and lone surrogates (from JSON "\ud800" escapes or undecodable command-line bytes),
 # which no encoder or tokenizer accepts.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# Invisible format characters too (zero-width spaces and joiners, BOM, bidi marks and embeddings, soft hyphen):
+# 文三路\u200b478号 is 文三路478号.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+                      r"\u2066-\u206f\ufeff\ufff9-\ufffb]")
 _PHONE = re.compile(
     r"(?:(?:联系|收件人|收货人)?(?:电话|手机|tel|phone)(?:号码?)?[:：]?\s*)?"
     r"(?<![0-9])(?:\+?86-?)?(?:1[3-9][0-9](?:[- ]?[0-9]{4}){2}|0[0-9]{2,3}-[0-9]{7,8})(?![0-9])"
