@@ -83,9 +83,11 @@ class Element:
     text: str
     start: int
     end: int
+    display: str | None = None  # the span with the letters as the input wrote them, when that is not ``text``
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "text": self.text, "start": self.start, "end": self.end}
+        out = {"label": self.label, "text": self.text, "start": self.start, "end": self.end}
+        return out | ({"display": self.display} if self.display is not None else {})
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,9 @@ class Parse:
 
     ``input`` is the text given, ``text`` its normalized form (element spans index into it), ``admin``
     the standardized levels with official codes (``province``, ``province_code``, … ``town_code``,
-    ``inferred``, ``ambiguous`` — see ``mgeo-index parse --json``).
+    ``inferred``, ``ambiguous``; ``lon`` / ``lat`` of the deepest level with a known centre, which
+    ``coordinates_level`` names — see ``mgeo-index parse --json``). An element's ``display`` is its span with the
+    letters as the input wrote them (B栋), when that is not ``text`` (b栋).
     """
 
     input: str

@@ -357,3 +357,18 @@ def test_match_names_the_line_that_holds_undecodable_bytes(tmp_path):
     assert "line 11: undecodable bytes" in " ".join(result.output.split())
     rows = out.read_text(encoding="utf-8").splitlines()
     assert len(rows) == 12 and rows[10].startswith("上海\ufffd\ufffd浦东") and rows[11].startswith("杭州")
+
+
+# --------------------------------------------------------------------------- parse says what it knows
+
+def test_parse_names_the_level_of_its_coordinates_one_name_per_level_and_the_users_letters():
+    from mgeo_index.api import parse
+
+    shown = parse("深圳市龙华区民治街道B栋3单元")
+    assert shown.admin["district"] == "龙华区" and shown.admin["coordinates_level"] == "city"  # no centre for 龙华区
+    building, = [e for e in shown.elements if e.label == "houseno"]
+    assert (building.text, building.display) == ("b栋", "B栋")
+    assert all(e.display is None for e in shown.elements if e.label != "houseno")
+    table = _cli("parse", "深圳市龙华区民治街道B栋3单元", "广东省深圳市龙华区")
+    assert table.exit_code == 0 and "B栋" in table.output and "the city's centre" in table.output
+    assert " prov " not in table.output and "province" in table.output  # written or inferred: one name

@@ -135,8 +135,11 @@ def parse_table(result: dict) -> Table:
             table.add_row(key, "", escape(f"{admin[key]} (inferred)"), admin[f"{key}_code"], style="dim")
     for e in result["elements"]:
         key = _ADMIN_OF_LABEL.get(e["label"])
-        table.add_row(e["label"], escape(e["text"]), escape((admin[key] or "") if key else ""),
+        table.add_row(key or e["label"], escape(e.get("display") or e["text"]), escape((admin[key] or "") if key else ""),
                       (admin[f"{key}_code"] or "") if key else "")
+    if admin.get("coordinates_level"):
+        table.add_row("coordinates", "", f"{admin['lon']:.4f}, {admin['lat']:.4f} (the {admin['coordinates_level']}'s centre)",
+                      "", style="dim")
     if admin["ambiguous"]:
         table.add_row("ambiguous", "", escape(" / ".join(admin["ambiguous"])), "", style="yellow")
     return table

@@ -287,7 +287,7 @@ class Gazetteer:
     @lru_cache(maxsize=65536)
     def _fields(self, best: tuple[str, ...], used: tuple) -> dict:
         out: dict = {f"{name}{suffix}": None for name in LEVELS.values() for suffix in ("", "_code")}
-        out.update(lon=None, lat=None, inferred=(), ambiguous=(), former=None)
+        out.update(lon=None, lat=None, coordinates_level=None, inferred=(), ambiguous=(), former=None)
         if not best:
             return out
         common = self._common(best)  # the levels every tied chain agrees on
@@ -301,8 +301,8 @@ class Gazetteer:
             out[key], out[f"{key}_code"] = unit.name, unit.code
             if unit.code not in mentioned:
                 inferred.append(key)
-            if unit.lon is not None:
-                out["lon"], out["lat"] = unit.lon, unit.lat
+            if unit.lon is not None:  # the deepest level with a centroid, named: 龙华区 has none, Shenzhen's is given
+                out["lon"], out["lat"], out["coordinates_level"] = unit.lon, unit.lat, key
         # former names read as a kept unit, unless the same mention also names it today
         read_former = [(i, c) for i, c in used if c.kind == FORMER and c.code in kept]
         today = {(i, c.code) for i, c in used if c.kind != FORMER} if read_former else set()

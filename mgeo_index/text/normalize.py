@@ -33,7 +33,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u00ad\u061c\u180e\u200b
                       r"\u2066-\u206f\ufeff\ufff9-\ufffb]")
 _PHONE = re.compile(
     r"(?:(?:联系|收件人|收货人)?(?:电话|手机|tel|phone)(?:号码?)?[:：]?\s*)?"
-    r"(?<![0-9])(?:\+?86-?)?(?:1[3-9][0-9](?:[- ]?[0-9]{4}){2}|0[0-9]{2,3}-[0-9]{7,8})(?![0-9])"
+    r"(?<![0-9])(?:\+?86-?)?(?:1[3-9][0-9](?:[- ]?[0-9]{4}){2}|0[0-9]{2,3}-[0-9]{7,8})(?![0-9])",
+    re.IGNORECASE,  # TEL: the same steps with and without lowercasing (normalize(..., lower=False))
 )
 # A parenthesized note: a contact instruction or a person, never an address part.
 _NOTE = re.compile(r"\((?:[^()]*?(?:电联|联系|收件人|收货人|电话|手机|快递|送货|签收|到付))[^()]*\)|\(\s*\)")
@@ -94,13 +95,15 @@ def _numeral(match: re.Match) -> str:
         return match.group(1)
 
 
-def normalize(text: str) -> str:
-    """Normalized address text (see the module docstring for the steps)."""
+def normalize(text: str, *, lower: bool = True) -> str:
+    """Normalized address text (see the module docstring for the steps). ``lower=False``: the same steps but
+    lowercasing, for showing people their own letters (b栋 is written B栋)."""
     # Each step can expose work for another (a space inside a phone number, a note emptied by a
     # removed phone), so repeat until nothing changes: that is what makes it idempotent.
     for _ in range(6):
         before = text
-        text = unicodedata.normalize("NFKC", text).lower()
+        text = unicodedata.normalize("NFKC", text)
+        text = text.lower() if lower else text
         text = _CONTROL.sub("", text)
         text = to_simplified(text)
         text = _PHONE.sub("", text)

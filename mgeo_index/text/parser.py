@@ -103,11 +103,13 @@ def parse(
     norm = [normalize(t) for t in texts]
     results = []
     for raw, text, spans in zip(texts, norm, tag_batched(tagger, norm)):
+        cased = _cased(raw, text)
         results.append({
             "input": raw,
             "text": text,
             "elements": [
                 {"label": label, "text": text[s:e], "start": s, "end": e}
+                | ({"display": cased[s:e]} if cased is not None and cased[s:e] != text[s:e] else {})
                 for label, s, e in spans if label != "redundant"
             ],
             "admin": gazetteer.resolve(
@@ -118,6 +120,15 @@ def parse(
 
 
 @lru_cache(maxsize=1)
+def _cased(raw: str, text: str) -> str | None:
+    """``raw`` normalized with its letters as written, when it lines up with ``text`` (its lowercase) character for
+    character; None when the input has no capitals or lowercasing changed a length (İ)."""
+    if not any(c.isupper() for c in raw):
+        return None
+    cased = normalize(raw, lower=False)
+    return cased if len(cased) == len(text) and cased.lower() == text else None
+
+
 def parser_version() -> str:
     """Fingerprint of the shipped tagger and gazetteer files (stored with each parsed entry)."""
     digest = hashlib.sha256(b"fp32")  # the tagger's precision: the int8 one parsed a few addresses otherwise
