@@ -15,14 +15,15 @@ import os
 import signal
 
 ENV = "MGEO_INDEX_CRASH_AT"
-POINTS = ("stored", "embedding", "index-write", "switch", "job-part")
+POINTS = ("stored", "embedding", "index-write", "switch")  # an index write's
+JOB_POINTS = ("job-part",)  # a normalize job's
 
 
 def crashpoint(name: str, count: int | None = None) -> None:
     """SIGKILL this process if ``MGEO_INDEX_CRASH_AT`` names this point (tests only); ``name:N`` names its
     ``count``-th passage."""
-    if name not in POINTS:
-        raise ValueError(f"unknown crash point {name!r}; known: {', '.join(POINTS)}")
+    if name not in POINTS + JOB_POINTS:
+        raise ValueError(f"unknown crash point {name!r}; known: {', '.join(POINTS + JOB_POINTS)}")
     wanted = os.environ.get(ENV)
     if wanted == name or (count is not None and wanted == f"{name}:{count}"):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -10,11 +10,11 @@ from mgeo_index.cli.errors import fail, friendly_errors
 from mgeo_index.cli.options import DEFAULT_INDEX_DIR, CrossModel, Db, Device, IndexDir, Model, Numbers
 from mgeo_index.cli.render import err
 from mgeo_index.service.config import ServeConfig
-from mgeo_index.service.middleware import LOOPBACK_HOSTS
+from mgeo_index.service import LOOPBACK_HOSTS
 
 _DEFAULT = ServeConfig(index_dir=DEFAULT_INDEX_DIR)  # the option defaults (timeout_ms as the float the option is)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK = LOOPBACK_HOSTS  # binding one of these keeps the service on this machine
 
 
 def serve(

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 
+from mgeo_index.service import LOOPBACK_HOSTS  # noqa: F401 (the review app's import)
 from mgeo_index.service.metrics import Metrics
 
 UNPROTECTED = ("/healthz", "/readyz")  # everything else needs the API key when one is set
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # Host header names accepted when serving on loopback
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
