@@ -92,7 +92,7 @@ class AddressIndex:
     @classmethod
     def open(cls, index_dir: str | Path = "mgeo-index", *, db: str | None = None, model: str | Path | None = None,
              cross_model: str | Path | None = None, device: str | None = None, backend: str | None = None,
-             rerank: bool = True, numbers: str | None = None) -> "AddressIndex":
+             rerank: bool = True, numbers: str | None = None, profile: str | None = None) -> "AddressIndex":
         """Open an index directory built by :meth:`build` or ``mgeo-index build``.
 
         ``db``: SQLAlchemy URL (default: ``MGEO_INDEX_DB`` or the directory's SQLite file); ``model`` /
@@ -100,12 +100,14 @@ class AddressIndex:
         cross-encoder); ``backend``: ``torch`` / ``bf16`` / ``compile`` / ``int8`` / ``onnx`` (CPU;
         default int8); ``rerank=False`` loads no cross-encoder (retrieval only, no :meth:`match`); ``numbers``:
         ``strict`` / ``loose``, the number policy of its answers (default: the one the index was built with, else
-        ``MGEO_INDEX_NUMBERS``, else strict; :mod:`mgeo_index.model.numbers`).
+        ``MGEO_INDEX_NUMBERS``, else strict; :mod:`mgeo_index.model.numbers`); ``profile``: ``default`` or
+        ``accurate``, which bundled cross-encoder reranks (default: ``MGEO_INDEX_PROFILE``, the index's, accurate on
+        a CUDA device, else default).
         """
         from mgeo_index.resolver import open_resolver
 
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
-                                 rerank=rerank, backend=backend, numbers=numbers)
+                                 rerank=rerank, backend=backend, numbers=numbers, profile=profile)
         return cls(resolver, Path(index_dir), db)
 
     @classmethod
@@ -114,17 +116,17 @@ class AddressIndex:
               id_column: str | None = None, index: str = settings.DEFAULT_INDEX_FACTORY,
               model: str | Path | None = None, cross_model: str | Path | None = None, device: str | None = None,
               backend: str | None = None, on_progress: Callable[[str, int, int | None], None] | None = None,
-              numbers: str | None = None, force: bool = False) -> "AddressIndex":
+              numbers: str | None = None, force: bool = False, profile: str | None = None) -> "AddressIndex":
         """Build (or update: only new and changed rows are embedded) an index from a CSV/TSV catalog,
         then open it. ``index`` is a FAISS factory string (``Flat``, ``HNSW32``, ``IVF4096,PQ32``…);
         ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``; None keeps the
-        catalog's); ``force``: build into a directory holding files mgeo-index did not write; the build's summary
-        is ``.build_result``."""
+        catalog's); ``profile``: the profile recorded with the catalog (None keeps the catalog's); ``force``: build
+        into a directory holding files mgeo-index did not write; the build's summary is ``.build_result``."""
         from mgeo_index.build import build
 
         result = build(catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column,
                        id_column=id_column, factory=index, model=model, device=device, backend=backend,
-                       on_progress=on_progress, numbers=numbers, force=force)
+                       on_progress=on_progress, numbers=numbers, force=force, profile=profile)
         opened = cls.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
         opened.build_result = result
         return opened

@@ -145,6 +145,7 @@ def build(
     gpus_per_worker: float = 0.0,
     numbers: str | None = None,
     force: bool = False,
+    profile: str | None = None,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
@@ -156,6 +157,8 @@ def build(
     ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
     which resolving, normalizing and serving the index then use unless told otherwise; None keeps the catalog's.
+    ``profile``: the profile recorded with the catalog (``default`` / ``accurate``: which bundled cross-encoder its
+    queries rerank with unless told otherwise); None keeps the catalog's.
     A directory that holds files mgeo-index did not write is refused unless ``force``
     (:func:`mgeo_index.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
@@ -163,6 +166,8 @@ def build(
         from mgeo_index.model.numbers import check_mode
 
         check_mode(numbers)
+    if profile is not None:
+        settings.check_profile(profile)
     compute = engine if isinstance(engine, BuildEngine) else make_build_engine(
         engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
@@ -176,12 +181,13 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute, numbers)
+                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute, numbers,
+                             profile)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
                   backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute: BuildEngine,
-                  numbers: str | None = None) -> BuildResult:
+                  numbers: str | None = None, profile: str | None = None) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -234,7 +240,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     if kind == "build":
         catalog_id = store.get_or_create_catalog(
             engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
-            id_column=reader.id_column, numbers=numbers,
+            id_column=reader.id_column, numbers=numbers, profile=profile,
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)

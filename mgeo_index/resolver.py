@@ -56,6 +56,8 @@ class Resolver:
 
     sparse: object | None = None  # sparse.SparseIndex, for hybrid retrieval
     numbers: str = number_policy.DEFAULT  # the number policy of reranked labels (mgeo_index.model.numbers)
+    profile: str = "default"  # which bundled cross-encoder reranks (settings.PROFILES)
+    profile_note: str | None = None  # why, when it was chosen for a GPU
 
     def resolve(
         self,
@@ -321,20 +323,24 @@ def open_resolver(
     rerank: bool = True,
     backend: str | None = None,
     numbers: str | None = None,
+    profile: str | None = None,
 ) -> Resolver:
     """Load the index directory's current generation (the database pointer decides which; its files never
     change once written, so a writer switching generations meanwhile cannot mix two); refuses a query
     model other than the one that built the index. ``numbers``: the number policy of its answers
-    (:func:`index_numbers`)."""
+    (:func:`index_numbers`); ``profile``: which bundled cross-encoder reranks (``--profile`` >
+    ``MGEO_INDEX_PROFILE`` > the index's, from ``build --profile`` > accurate on a CUDA device > default; the index
+    and its bi-encoder are the same for both)."""
     db_url = settings.database_url(index_dir, db)
     eng = store.connect(db_url)
     descriptor = generations.current_descriptor(index_dir, eng, db_url)
     numbers = index_numbers(eng, descriptor, numbers)
+    profile, profile_note = settings.profile(profile, store.catalog_profile(eng, descriptor["catalog"]))
     device = settings.device(device)
     bi, cross = load_for_index(descriptor, index_dir, model=model, cross_model=cross_model, device=device, engine=eng,
-                               backend=backend, rerank=rerank)
+                               backend=backend, rerank=rerank, profile=profile)
     resolver = _on_generation(index_dir, eng, descriptor, bi, cross, device)
-    resolver.numbers = numbers
+    resolver.numbers, resolver.profile, resolver.profile_note = numbers, profile, profile_note
     return resolver
 
 
@@ -351,7 +357,7 @@ def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) 
     descriptor = generations.current_descriptor(index_dir, resolver.engine, db_url)
     check_index_model(resolver.bi.fingerprint, resolver.bi.path, descriptor, index_dir)
     reopened = _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
-    reopened.numbers = resolver.numbers
+    reopened.numbers, reopened.profile, reopened.profile_note = resolver.numbers, resolver.profile, resolver.profile_note
     return reopened
 
 

@@ -12,6 +12,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL_DIR = PACKAGE_DIR / "model" / "default"
 DEFAULT_BI_MODEL = DEFAULT_MODEL_DIR / "bi"
 DEFAULT_CROSS_MODEL = DEFAULT_MODEL_DIR / "cross"
+# Profiles: which bundled cross-encoder reranks and labels (the bi-encoder and the index are the same for both).
+# default: the small network with its feature head; accurate: the 12 x 384 teacher network with the same heads
+# fitted around it (docs/models.md: its figures and cost).
+PROFILES = ("default", "accurate")
+PROFILE_CROSS_MODELS = {"default": DEFAULT_CROSS_MODEL, "accurate": DEFAULT_MODEL_DIR.parent / "accurate" / "cross"}
 SAMPLE_CATALOG = PACKAGE_DIR / "data" / "sample_catalog.csv"
 DB_FILENAME = "mgeo.db"
 DEFAULT_INDEX_FACTORY = "auto"  # index.auto_factory: Flat while small, then IVF with quantized vectors
@@ -115,8 +120,29 @@ def bi_model_path(path: str | Path | None = None) -> Path:
     return Path(path or env("MODEL") or DEFAULT_BI_MODEL)
 
 
-def cross_model_path(path: str | Path | None = None) -> Path:
-    return Path(path or env("CROSS_MODEL") or DEFAULT_CROSS_MODEL)
+def cross_model_path(path: str | Path | None = None, profile: str | None = None) -> Path:
+    """``path`` > ``MGEO_INDEX_CROSS_MODEL`` > the bundled cross-encoder of ``profile`` (default: ``default``)."""
+    return Path(path or env("CROSS_MODEL") or PROFILE_CROSS_MODELS[check_profile(profile or "default")])
+
+
+def check_profile(name: str) -> str:
+    if name not in PROFILES:
+        raise ValueError(f"--profile must be one of {', '.join(PROFILES)}, not {name!r}")
+    return name
+
+
+def profile(name: str | None = None, recorded: str | None = None) -> tuple[str, str | None]:
+    """(the profile, a note when it was chosen for a GPU): ``name`` (--profile) > ``MGEO_INDEX_PROFILE`` >
+    ``recorded`` (the index's, from ``build --profile``) > accurate when a CUDA device is present > default.
+    Never accurate silently on a CPU."""
+    chosen = name or env("PROFILE") or recorded
+    if chosen:
+        return check_profile(chosen), None
+    import torch
+
+    if torch.cuda.is_available():
+        return "accurate", "profile accurate: a CUDA device is present (--profile default for the small cross-encoder)"
+    return "default", None
 
 
 def cpu_flags() -> frozenset[str]:

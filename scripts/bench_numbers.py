@@ -27,10 +27,11 @@ ap.add_argument("--data", type=Path, default=Path("../shared/data"))
 ap.add_argument("--pairs", type=int, default=3000)
 ap.add_argument("--queries", type=int, default=200)
 ap.add_argument("--recall", action="store_true")
+ap.add_argument("--profile", default=None, help="default or accurate (the cross-encoder that reranks)")
 args = ap.parse_args()
 ex = data.split_examples(data.ccks_pairs(args.data), "dev")[: args.pairs]
 a, b = [model_text(x) for x, _, _ in ex], [model_text(y) for _, y, _ in ex]
-resolver = open_resolver(args.index_dir, device="cpu")
+resolver = open_resolver(args.index_dir, device="cpu", **({"profile": args.profile} if args.profile else {}))
 cross = resolver.cross
 score_sides(cross, a[:200], b[:200], grouped=True)  # warm-up
 started = time.perf_counter()
@@ -43,7 +44,7 @@ for q in queries[: args.queries]:
     started = time.perf_counter()
     resolver.resolve([q])
     times.append((time.perf_counter() - started) * 1000)
-out = {"module": inspect.getfile(score_sides), "match_pairs_per_s": round(len(a) / match_s, 1),
+out = {"module": inspect.getfile(score_sides), "profile": getattr(resolver, "profile", "default"), "match_pairs_per_s": round(len(a) / match_s, 1),
        "resolve_p50_ms": round(statistics.median(times), 2), "resolve_p99_ms": round(float(np.percentile(times, 99)), 2)}
 if args.recall:
     gold = gold_entry_ids(resolver, golds)

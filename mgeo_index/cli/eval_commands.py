@@ -11,8 +11,8 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, RerankDepth,
-    Retrieval, Split,
+    DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, Profile,
+    RerankDepth, Retrieval, Split,
 )
 from mgeo_index.cli.render import confusion_table, console, numbers_table, print_bench, report_table, retrieval_table
 
@@ -28,6 +28,7 @@ def eval_pairs(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    profile: Profile = None,
 ) -> None:
     """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
 
@@ -41,7 +42,8 @@ def eval_pairs(
         if not gold:
             raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
-        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend), a, b, gold, device=dev,
+        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
+                                a, b, gold, device=dev,
                                 grouped=not pairwise, numbers=settings.numbers(numbers))
         probs = report.pop("_probs")
         if plot is not None:
@@ -59,6 +61,7 @@ def eval_numbers(
     data: Annotated[Path, typer.Option("--data", help="The shared data folder (its tagged address files).")] = SHARED_DATA,
     split: Annotated[str, typer.Option(help="Tagged addresses of this split (test: never used for a choice; dev).")] = "test",
     numbers: Numbers = None,
+    profile: Profile = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     cross_model: CrossModel = None,
     device: Device = None,
@@ -79,7 +82,8 @@ def eval_numbers(
             raise ValueError(f"--split must be dev or test, not {split!r}")
         pairs = number_pairs(load_examples(data, NUMBER_TEST_FILES)[split])
         dev = settings.device(device)
-        report = evaluate_numbers(load_cross(cross_model, device=dev, backend=backend), pairs, device=dev,
+        report = evaluate_numbers(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
+                                  pairs, device=dev,
                                   numbers=settings.numbers(numbers))
     if as_json:
         print(json.dumps(report, ensure_ascii=False))
@@ -102,6 +106,7 @@ def eval_retrieval(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    profile: Profile = None,
 ) -> None:
     """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
 
@@ -113,7 +118,7 @@ def eval_retrieval(
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
-                                 numbers=numbers)
+                                 numbers=numbers, profile=profile)
         report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter,
                                     rerank_depth=rerank_depth)
     if as_json:

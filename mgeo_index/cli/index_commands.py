@@ -12,7 +12,7 @@ from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AddressColumn, Backend, BuildEngineName, Db, Device, GpusPerWorker, IndexDir, LibraryDefault, Model,
-    Numbers, RayAddress, Workers,
+    Numbers, Profile, RayAddress, Workers,
 )
 from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, progress, stage_progress
 
@@ -34,6 +34,7 @@ def build(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    profile: Profile = None,
     force: Annotated[bool, typer.Option("--force", help="Build into a directory that holds other files (they are left as they are; index.json and rejects.tsv are written there).")] = False,
 ) -> None:
     """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
@@ -45,8 +46,8 @@ def build(
 
     On Ray: mgeo-index build catalog.csv --index-dir idx --id-column poi_id --engine ray --workers 4
 
-    --numbers is recorded with the catalog (a rebuild without it keeps the recorded one): resolve, normalize and
-    serve of the index use it unless told otherwise.
+    --numbers and --profile are recorded with the catalog (a rebuild without them keeps the recorded ones):
+    resolve, normalize and serve of the index use them unless told otherwise.
     """
     from mgeo_index.build import build as run_build
 
@@ -55,7 +56,7 @@ def build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
             factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
             on_progress=stage_progress(bar, {"parse": "Parsing entries"}), engine=engine, ray_address=ray_address,
-            workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers, force=force,
+            workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers, force=force, profile=profile,
         )
     console.print(build_table(result))
 

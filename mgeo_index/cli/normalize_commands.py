@@ -11,7 +11,7 @@ from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AddressColumn, Backend, CrossModel, Db, Device, IndexDir, LibraryDefault, Model, Numbers,
-    RawValues,
+    Profile, RawValues,
 )
 from mgeo_index.cli.render import console, err, jobs_table, normalize_table, progress
 
@@ -45,6 +45,7 @@ def normalize(
     backend: Backend = None,
     numbers: Numbers = None,
     raw_values: RawValues = False,
+    profile: Profile = None,
 ) -> None:
     """Tie every row of a file to the catalog: matched / ambiguous / unmatched / rejected.
 
@@ -76,7 +77,7 @@ def normalize(
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
                 gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job, numbers=numbers,
-                raw_values=raw_values,
+                raw_values=raw_values, profile=profile,
                 on_progress=lambda n, total: bar.update(task, advance=n, total=total),
             )
     except KeyboardInterrupt:

@@ -24,6 +24,10 @@ Backend = Annotated[str | None, typer.Option("--backend", help=(
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
+Profile = Annotated[str | None, typer.Option("--profile", help=(
+    "default (the small cross-encoder) or accurate (the 12 x 384 network: better labels and ranking, about 2-3x "
+    "the CPU time) \\[env MGEO_INDEX_PROFILE; default: the index's (build --profile), else accurate on a CUDA "
+    "device, else default]."))]
 Numbers = Annotated[str | None, typer.Option("--numbers", help=(
     "strict: two addresses writing different road / house / building / floor / unit / room numbers are never "
     "exact_match; loose: the scorer alone, for catalogs whose numbers are unreliable (POI lists) "

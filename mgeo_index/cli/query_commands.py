@@ -12,8 +12,8 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, QueriesFile,
-    RawValues, RerankDepth, Retrieval,
+    DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, Profile,
+    QueriesFile, RawValues, RerankDepth, Retrieval,
 )
 from mgeo_index.cli.render import console, err, matches_table, parse_table, progress
 
@@ -55,6 +55,7 @@ def resolve(
     device: Device = None,
     backend: Backend = None,
     numbers: Numbers = None,
+    profile: Profile = None,
 ) -> None:
     """Find the catalog entries a messy address refers to, reranked and labeled.
 
@@ -66,7 +67,9 @@ def resolve(
     with friendly_errors():
         items = read_queries(queries or [], file)
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
-                               rerank=not no_rerank, backend=backend, numbers=numbers) as idx:
+                               rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
+            if idx.resolver.profile_note:
+                err.print(idx.resolver.profile_note, highlight=False)
             for start in range(0, len(items), batch_size):
                 batch = items[start : start + batch_size]
                 answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
@@ -117,6 +120,7 @@ def match(
     backend: Backend = None,
     numbers: Numbers = None,
     raw_values: RawValues = False,
+    profile: Profile = None,
 ) -> None:
     """Score address pairs: exact_match / partial_match / not_match with probabilities.
 
@@ -132,7 +136,10 @@ def match(
         if not file.is_file():
             raise FileNotFoundError(f"pairs file {file} does not exist")
         dev = settings.device(device)
-        cross = load_cross(cross_model, device=dev, backend=backend)
+        chosen, note = settings.profile(profile)
+        if note:
+            err.print(note, highlight=False)
+        cross = load_cross(cross_model, device=dev, backend=backend, profile=chosen)
         with progress() as bar:
             task = bar.add_task("Scoring pairs", total=None)
             result = match_file(file, out, cross, device=dev, explain=explain, grouped=not pairwise,

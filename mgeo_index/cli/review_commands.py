@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from mgeo_index.cli.errors import fail, friendly_errors
-from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Backend, CrossModel, Db, Device, IndexDir, Model, QueriesFile
+from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Backend, CrossModel, Db, Device, IndexDir, Model, Profile, QueriesFile
 from mgeo_index.cli.render import err, progress
 from mgeo_index.cli.serve_commands import LOG_LEVELS, LOOPBACK, allowed_hosts, check_port_free
 
@@ -34,6 +34,7 @@ def review(
     cross_model: CrossModel = None,
     device: Device = None,
     backend: Backend = None,
+    profile: Profile = None,
 ) -> None:
     """Review uncertain matches in a browser: 1–9 same place, p N partial, n none, s skip, u undo.
 
@@ -65,7 +66,8 @@ def review(
 
         queue_name(job=job, file=file)  # a missing file is said before the models load
 
-        index = AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend)
+        index = AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
+                                  profile=profile)
         with progress() as bar:
             tasks: dict[str, int] = {}
 

@@ -7,7 +7,7 @@ import typer
 from rich.markup import escape
 
 from mgeo_index.cli.errors import fail, friendly_errors
-from mgeo_index.cli.options import DEFAULT_INDEX_DIR, CrossModel, Db, Device, IndexDir, Model, Numbers
+from mgeo_index.cli.options import DEFAULT_INDEX_DIR, CrossModel, Db, Device, IndexDir, Model, Numbers, Profile
 from mgeo_index.cli.render import err
 from mgeo_index.service.config import ServeConfig
 from mgeo_index.service import LOOPBACK_HOSTS
@@ -42,6 +42,7 @@ def serve(
     cross_model: CrossModel = None,
     device: Device = None,
     numbers: Numbers = None,
+    profile: Profile = None,
 ) -> None:
     """Serve resolve and match over HTTP: dynamic batching, cache, limits, Prometheus metrics.
 
@@ -67,7 +68,7 @@ def serve(
         check_port_free(host, port)
         config = ServeConfig(
             index_dir=index_dir, db=db, model=model, cross_model=cross_model, device=device, numbers=numbers,
-            max_batch=max_batch,
+            profile=profile, max_batch=max_batch,
             max_wait_ms=max_wait_ms, max_queue=max_queue, timeout_ms=timeout_ms, max_items=max_items,
             max_chars=max_chars, max_body_bytes=max_body_bytes, max_top_k=max_top_k, cache_size=cache_size,
             cache_url=cache, cache_ttl_s=cache_ttl, api_key=api_key or None, watch_s=watch, reload_signal=True,

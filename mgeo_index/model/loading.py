@@ -46,13 +46,15 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
     return backends.apply(bi, backend, device=device) if apply_backend else bi
 
 
-def load_cross(cross_model: str | Path | None = None, *, device: str | None = None, backend: str | None = None):
-    """The cross-encoder in ``cross_model`` (default: ``settings.cross_model_path``), as :func:`load_bi`."""
+def load_cross(cross_model: str | Path | None = None, *, device: str | None = None, backend: str | None = None,
+               profile: str | None = None):
+    """The cross-encoder in ``cross_model`` (default: ``settings.cross_model_path``: the bundled one of
+    ``profile``), as :func:`load_bi`."""
     from mgeo_index import backends
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     device = settings.device(device)
-    cross = load_cross_encoder(settings.cross_model_path(cross_model)).to(device)
+    cross = load_cross_encoder(settings.cross_model_path(cross_model, profile)).to(device)
     if not settings.cascade():
         cross.gate = None
     return backends.apply(cross, backend, device=device)
@@ -87,12 +89,14 @@ def _store_url(index_dir: str | Path, descriptor: dict | None, db: str | None) -
 
 
 def index_cross_model(index_dir: str | Path, cross_model: str | Path | None = None, *, engine=None,
-                      db: str | None = None, descriptor: dict | None = None) -> tuple[Path, dict | None]:
+                      db: str | None = None, descriptor: dict | None = None,
+                      profile: str | None = None) -> tuple[Path, dict | None]:
     """(the cross-encoder directory for an index, its active model version or None): ``cross_model`` >
-    ``MGEO_INDEX_CROSS_MODEL`` > the store's active ``cross`` version (``mgeo-index adapt``; its path is
-    relative to the index directory) > the bundled default. ``engine``: the index's store, when open."""
-    if cross_model is not None or settings.env("CROSS_MODEL") is not None:
-        return settings.cross_model_path(cross_model), None
+    ``MGEO_INDEX_CROSS_MODEL`` > for the accurate ``profile``, its bundled cross-encoder > the store's active
+    ``cross`` version (``mgeo-index adapt``, which adapts the default profile's; its path is relative to the index
+    directory) > the bundled default. ``engine``: the index's store, when open."""
+    if cross_model is not None or settings.env("CROSS_MODEL") is not None or profile == "accurate":
+        return settings.cross_model_path(cross_model, profile), None
     if engine is None:
         from mgeo_index import store
 
@@ -107,7 +111,8 @@ def index_cross_model(index_dir: str | Path, cross_model: str | Path | None = No
 
 
 def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross_model=None, device: str | None = None,
-                   backend: str | None = None, rerank: bool = True, engine=None, db: str | None = None):
+                   backend: str | None = None, rerank: bool = True, engine=None, db: str | None = None,
+                   profile: str | None = None):
     """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given; the
     cross-encoder as :func:`index_cross_model` chooses it (``engine``: the index's open store)."""
     device = settings.device(device)
@@ -115,7 +120,8 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
     check_index_model(bi.fingerprint, bi.path, descriptor, index_dir)
     cross = None
     if rerank:
-        path, version = index_cross_model(index_dir, cross_model, engine=engine, db=db, descriptor=descriptor)
+        path, version = index_cross_model(index_dir, cross_model, engine=engine, db=db, descriptor=descriptor,
+                                          profile=profile)
         cross = load_cross(path, device=device, backend=backend)
         if version is not None and cross.fingerprint != version["fingerprint"]:
             from mgeo_index.model.manifest import ModelError

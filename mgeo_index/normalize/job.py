@@ -102,7 +102,7 @@ class Engine:
 # --------------------------------------------------------------------------- index identity
 
 
-def index_identity(index_dir: str | Path, model=None, cross_model=None) -> dict[str, Any]:
+def index_identity(index_dir: str | Path, model=None, cross_model=None, profile: str | None = None) -> dict[str, Any]:
     """What a job's rows depend on besides the input: the index build and both models'
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
     refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
@@ -112,7 +112,7 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None) -> dict[
 
     descriptor = read_descriptor(index_dir)
     bi_path = index_model_path(descriptor.get("model_path"), model)
-    cross_path, _ = index_cross_model(index_dir, cross_model, descriptor=descriptor)  # an adapted version counts
+    cross_path, _ = index_cross_model(index_dir, cross_model, descriptor=descriptor, profile=profile)  # adapted too
     bi_manifest = model_manifest(bi_path, "bi-encoder")
     model_manifest(cross_path, "cross-encoder")
     bi_fp = fingerprint(bi_path)
@@ -210,6 +210,7 @@ def run_job(
     on_job: Callable[[dict], None] | None = None,
     numbers: str | None = None,
     raw_values: bool = False,
+    profile: str | None = None,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``engine``; see the module docstring.
 
@@ -217,7 +218,9 @@ def run_job(
     the engine's resolver's, else ``settings.backend`` for the engine's device).
     ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
     (strict / loose; default the index's, :func:`mgeo_index.resolver.index_numbers`), recorded with the job.
-    ``raw_values``: CSV cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
+    ``profile``: which bundled cross-encoder reranks (default: the index's, see
+    :func:`mgeo_index.resolver.open_resolver`); the job records the cross-encoder it ran with. ``raw_values``: CSV
+    cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
     :mod:`mgeo_index.tables`).
     """
     started = time.perf_counter()
@@ -238,9 +241,9 @@ def run_job(
         raise ValueError("--out must not be the input file")
     engine.require()  # before reading (and fingerprinting) anything, and before any job is recorded
     progress = on_progress or (lambda *_: None)
-    ident = index_identity(index_dir, model, cross_model)
     db_url = settings.database_url(index_dir, db)
-    numbers = _index_numbers(index_dir, db_url, numbers)
+    numbers, profile = _index_settings(index_dir, db_url, numbers, profile)
+    ident = index_identity(index_dir, model, cross_model, profile)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size
@@ -292,16 +295,17 @@ def run_job(
         eng.dispose()
 
 
-def _index_numbers(index_dir: Path, db_url: str, numbers: str | None) -> str:
-    """The job's number policy: ``numbers``, else the one the index's catalog was built with, else the default."""
+def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None) -> tuple[str, str]:
+    """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
+    defaults (:func:`mgeo_index.resolver.index_numbers`, :func:`mgeo_index.settings.profile`)."""
     from mgeo_index.generations import read_descriptor
     from mgeo_index.resolver import index_numbers
 
-    if numbers is not None:
-        return settings.numbers(numbers)
     eng = store.connect(db_url)
     try:
-        return index_numbers(eng, read_descriptor(index_dir))
+        catalog = read_descriptor(index_dir)["catalog"]
+        return (index_numbers(eng, {"catalog": catalog}, numbers),
+                settings.profile(profile, store.catalog_profile(eng, catalog))[0])
     finally:
         eng.dispose()
 

@@ -15,6 +15,7 @@ class ServeConfig:
     cross_model: Path | None = None
     device: str | None = None
     numbers: str | None = None  # the number policy of answers (None: the index's; mgeo_index.model.numbers)
+    profile: str | None = None  # which bundled cross-encoder reranks (None: the index's, accurate on a GPU, default)
     max_batch: int = 32
     max_wait_ms: float = 3.0
     max_queue: int = 1024  # items per lane

@@ -62,11 +62,12 @@ class Loaded:
         return int(self.resolver.index.ntotal)
 
 
-def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None, numbers=None) -> Loaded:
+def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None, numbers=None,
+         profile=None) -> Loaded:
     """Open the index directory (always with the reranker: /v1/match needs it; ``numbers``: the number policy of
     resolve and match answers, default the index's). Warm it up before use."""
     resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True,
-                             numbers=numbers)
+                             numbers=numbers, profile=profile)
     return Loaded(resolver=resolver, version=descriptor_version(resolver.descriptor))
 
 

@@ -48,6 +48,7 @@ class Catalog(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
     current_generation_id: Mapped[int | None] = mapped_column(Integer)  # migration 0003: the readers' pointer
     numbers: Mapped[str | None] = mapped_column(String(16))  # migration 0008: the number policy (None: the default)
+    profile: Mapped[str | None] = mapped_column(String(16))  # migration 0009: the profile (None: chosen at query time)
 
 
 _LIVE = text("retired_at IS NULL")
@@ -86,6 +87,7 @@ class Entry(Base):
 def get_or_create_catalog(
     engine: Engine, name: str, *, source: str | None, address_column: str | None, id_column: str | None,
     numbers: str | None = None,
+    profile: str | None = None,
 ) -> int:
     """Id of catalog ``name``, creating it if needed; source and columns are updated either way, the number policy
     when given (a rebuild without one keeps the catalog's)."""
@@ -99,6 +101,8 @@ def get_or_create_catalog(
         catalog.id_column = id_column
         if numbers is not None:
             catalog.numbers = numbers
+        if profile is not None:
+            catalog.profile = profile
         session.flush()
         return catalog.id
 
@@ -114,6 +118,12 @@ def catalog_numbers(engine: Engine, name: str) -> str | None:
     """The number policy catalog ``name`` was built with (None: not set, or no such catalog)."""
     with Session(engine) as session:
         return session.scalar(select(Catalog.numbers).where(Catalog.name == name))
+
+
+def catalog_profile(engine: Engine, name: str) -> str | None:
+    """The profile catalog ``name`` was built for (None: not set, or no such catalog)."""
+    with Session(engine) as session:
+        return session.scalar(select(Catalog.profile).where(Catalog.name == name))
 
 
 def catalog_id(engine: Engine, name: str) -> int | None:

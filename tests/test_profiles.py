@@ -1,0 +1,107 @@
+"""Profiles: the default and the accurate bundled cross-encoder, chosen by option, environment, the index or a GPU."""
+import json
+
+import pytest
+import torch
+
+from mgeo_index import settings
+from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.resolver import open_resolver
+from conftest import copy_index
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mgeo_index.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_the_profile_comes_from_the_option_the_environment_the_index_then_the_device(monkeypatch):
+    monkeypatch.delenv("MGEO_INDEX_PROFILE", raising=False)
+    assert settings.profile("accurate", "default") == ("accurate", None)
+    assert settings.profile(None, "accurate") == ("accurate", None)
+    monkeypatch.setenv("MGEO_INDEX_PROFILE", "default")
+    assert settings.profile(None, "accurate") == ("default", None)
+    monkeypatch.delenv("MGEO_INDEX_PROFILE")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert settings.profile() == ("default", None)  # never accurate silently on a CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    chosen, note = settings.profile()
+    assert chosen == "accurate" and "CUDA" in note  # and it says so
+    with pytest.raises(ValueError, match="default, accurate"):
+        settings.profile("fast")
+    assert settings.cross_model_path(None, "accurate") == settings.PROFILE_CROSS_MODELS["accurate"]
+
+
+def test_the_accurate_cross_encoder_ships_calibrated_with_every_head_and_the_number_policy():
+    cross = load_cross_encoder(settings.PROFILE_CROSS_MODELS["accurate"])
+    default = load_cross_encoder(settings.DEFAULT_CROSS_MODEL)
+    assert cross.fingerprint != default.fingerprint
+    assert cross.model.config.num_hidden_layers == 12 and cross.model.config.hidden_size == 384
+    assert cross.feature_head is not None and cross.stack is not None and cross.decision_offsets is not None
+    assert cross.number_policy is not None and cross.number_policy["pairs"] >= 50
+
+
+def test_an_index_built_for_a_profile_answers_with_it_unless_told(sample_index, tmp_path, monkeypatch):
+    monkeypatch.delenv("MGEO_INDEX_PROFILE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    built = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", index_dir, "--id-column", "poi_id", "--profile", "accurate")
+    assert built.exit_code == 0, built.output
+    resolver = open_resolver(index_dir, device="cpu")
+    assert resolver.profile == "accurate" and resolver.cross.path == str(settings.PROFILE_CROSS_MODELS["accurate"].resolve())
+    resolver.close()
+    other = open_resolver(index_dir, device="cpu", profile="default")  # the bi-encoder and index are shared
+    assert other.cross.path == str(settings.DEFAULT_CROSS_MODEL.resolve())
+    answers = other.resolve(["深圳南山中山路75号东方科技园9号楼"], top_k=1)
+    assert answers[0][0]["source_id"] == "P0001"
+    other.close()
+    result = _cli("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--top-k", "1")
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["matches"][0]
+    assert best["source_id"] == "P0001" and best["label"] == "exact_match"
+
+
+def test_match_and_eval_take_the_profile(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n北京朝阳建国路88号\t北京市朝阳区建国路88号\n北京朝阳建国路88号\t上海市浦东新区世纪大道100号\n",
+                     encoding="utf-8")
+    out = {}
+    for profile in ("default", "accurate"):
+        out[profile] = tmp_path / f"{profile}.tsv"
+        result = _cli("match", "--file", pairs, "--out", out[profile], "--profile", profile)
+        assert result.exit_code == 0, result.output
+    labels = {p: [line.split("\t")[2] for line in f.read_text(encoding="utf-8").splitlines()[1:]] for p, f in out.items()}
+    assert labels["accurate"] == ["exact_match", "not_match"] == labels["default"]
+    assert out["accurate"].read_text(encoding="utf-8") != out["default"].read_text(encoding="utf-8")  # another model
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_elsewhere_matches_with_the_accurate_profile_and_no_network(tmp_path):
+    """Not the editable checkout: the package built as a wheel, installed into its own folder, run from there
+    (its dependencies from this environment) with the network out of reach."""
+    import os
+    import subprocess
+    import sys
+
+    repo = settings.PACKAGE_DIR.parent
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                    str(repo)], check=True, timeout=600)
+    wheel, = wheels.glob("mgeo_index-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, timeout=600)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n北京朝阳建国路88号\t北京市朝阳区建国路88号\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "NO_PROXY": "*",
+           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    where = subprocess.run([sys.executable, "-c", "import mgeo_index; print(mgeo_index.__file__)"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(target))
+    out = tmp_path / "out.tsv"
+    done = subprocess.run([sys.executable, "-m", "mgeo_index.cli", "match", "--file", str(pairs), "--out", str(out),
+                           "--profile", "accurate"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="utf-8").splitlines()[1].split("\t")[2] == "exact_match"
