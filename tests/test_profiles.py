@@ -105,3 +105,18 @@ def test_a_wheel_installed_elsewhere_matches_with_the_accurate_profile_and_no_ne
                            "--profile", "accurate"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert out.read_text(encoding="utf-8").splitlines()[1].split("\t")[2] == "exact_match"
+
+
+def test_eval_pairs_measures_both_profiles_side_by_side(tmp_path):
+    labelled = tmp_path / "pairs.tsv"
+    labelled.write_text("addr1\taddr2\tlabel\n北京朝阳建国路88号\t北京市朝阳区建国路88号\t1\n"
+                        "北京朝阳建国路88号\t上海市浦东新区世纪大道100号\t0\n深圳南山中山路75号\t深圳市南山区中山路75号\t1\n",
+                        encoding="utf-8")
+    result = _cli("eval", "pairs", labelled, "--both-profiles", "--json", "--pairwise")
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.output)
+    assert set(reports) == set(settings.PROFILES) and all(r["n"] == 3 for r in reports.values())
+    table = _cli("eval", "pairs", labelled, "--both-profiles", "--pairwise")
+    assert table.exit_code == 0 and "accurate" in table.output and "macro-F1" in table.output
+    refused = _cli("eval", "pairs", labelled, "--both-profiles", "--profile", "accurate")
+    assert refused.exit_code != 0 and "--both-profiles" in refused.output

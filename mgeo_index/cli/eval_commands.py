@@ -14,7 +14,9 @@ from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, SHARED_DATA, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, Profile,
     RerankDepth, Retrieval, Split,
 )
-from mgeo_index.cli.render import confusion_table, console, numbers_table, print_bench, report_table, retrieval_table
+from mgeo_index.cli.render import (
+    confusion_table, console, numbers_table, print_bench, profiles_table, report_table, retrieval_table,
+)
 
 
 def eval_pairs(
@@ -29,10 +31,13 @@ def eval_pairs(
     backend: Backend = None,
     numbers: Numbers = None,
     profile: Profile = None,
+    both: Annotated[bool, typer.Option("--both-profiles", help="Measure the default and the accurate profile side by side (one table of their figures; --json: one report per profile).")] = False,
 ) -> None:
     """Macro-F1, per-class precision/recall/F1, accuracy, confusion matrix and calibration error.
 
     Example: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --plot reliability.png
+
+    Both profiles: mgeo-index eval pairs ../shared/data/pairs/shenzhen_val.tsv.gz --split dev --both-profiles
     """
     from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
     from mgeo_index.model.loading import load_cross
@@ -42,12 +47,24 @@ def eval_pairs(
         if not gold:
             raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
-        report = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
-                                a, b, gold, device=dev,
-                                grouped=not pairwise, numbers=settings.numbers(numbers))
-        probs = report.pop("_probs")
-        if plot is not None:
-            reliability_diagram(probs, gold, plot)
+        if both and (cross_model is not None or profile is not None):
+            raise ValueError("--both-profiles measures the two bundled profiles: leave out --profile and --cross-model")
+        chosen = settings.PROFILES if both else (settings.profile(profile)[0],)
+        reports = {}
+        for name in chosen:
+            reports[name] = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend, profile=name), a, b, gold,
+                                           device=dev, grouped=not pairwise, numbers=settings.numbers(numbers))
+        probs = [r.pop("_probs") for r in reports.values()]
+        if plot is not None and not both:
+            reliability_diagram(probs[0], gold, plot)
+    if both:
+        if as_json:
+            print(json.dumps(reports, ensure_ascii=False))
+        else:
+            console.print(profiles_table(f"{file.name} ({split}{', ' + source if source else ''}, {len(gold)} pairs)",
+                                         reports))
+        return
+    report = reports[chosen[0]]
     if as_json:
         print(json.dumps(report, ensure_ascii=False))
         return

@@ -205,6 +205,21 @@ def numbers_table(title: str, report: dict) -> Table:
     return table
 
 
+def profiles_table(title: str, reports: dict[str, dict]) -> Table:
+    """The figures of one labelled file under each profile, side by side."""
+    table = Table(title=escape(title))
+    table.add_column("figure")
+    for name in reports:
+        table.add_column(name, justify="right")
+    first = next(iter(reports.values()))
+    rows = [("macro-F1", lambda r: r["macro_f1"])] + [
+        (f"{label} F1", lambda r, label=label: r["per_class"][label]["f1"]) for label in first["per_class"]] + [
+        ("accuracy", lambda r: r["accuracy"]), ("calibration error", lambda r: r["ece"])]
+    for name, value in rows:
+        table.add_row(name, *(f"{value(r):.4f}" for r in reports.values()))
+    return table
+
+
 def confusion_table(report: dict) -> Table:
     table = Table(title="Confusion (rows: gold, columns: predicted)")
     table.add_column("gold \\ predicted")
