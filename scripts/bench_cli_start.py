@@ -1,4 +1,4 @@
-"""Wall time of a command from the shell, side by side with `python -c "import torch"` (issue #19: `parse` of one
+"""Wall time of a command from the shell, side by side with `python -c "import torch"` (`parse` of one
 address within 1.6× of importing torch). Commands run interleaved (round 1 of each, then round 2, …) so a burst of
 load from other processes falls on all of them; the median and the best of the rounds are reported.
 

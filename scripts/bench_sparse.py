@@ -3,7 +3,7 @@ memory and on disk, and single-query search latency — pruned (the default: can
 that cannot make the top k by a bound are not scored), pruned without the bound (every candidate scored: the same
 ids and scores, checked) and unpruned side by side, with how much of the unpruned top 20 the pruned search keeps —
 at each of --rows
-synthesized catalog sizes (the same synthesizer as `mgeo-index bench --build-rows`). For issue #18.
+synthesized catalog sizes (the same synthesizer as `mgeo-index bench --build-rows`).
 
     python scripts/bench_sparse.py --data ../shared/data --rows 50000,200000,1000000
 """

@@ -7,7 +7,7 @@ ambiguous or unresolved are left out). cpca answers with its own adcodes; jionlp
 looked up in the gazetteer under their province and city. A municipality is its own city level;
 a county-level city directly under its province has none (as the gazetteer reports them).
 
-Rows (the table of issue 19):
+Rows:
 - province / city / district where written: accuracy over addresses whose gold spans have that level,
   and how many were left empty;
 - province not written, city or district written: filled (share) / wrong (count of all);

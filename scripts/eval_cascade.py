@@ -1,4 +1,4 @@
-"""What the cascade's cap on feature-only P(exact_match) does to the reranked rank 1 (#16): the gate must leave
+"""What the cascade's cap on feature-only P(exact_match) does to the reranked rank 1: the gate must leave
 each query's first answer where the network on every pair puts it.
 
 For each split of the CCKS pairs file, every query is resolved once with the network on every pair

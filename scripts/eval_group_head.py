@@ -1,5 +1,5 @@
 """The group head against each pair alone, by 5-fold cross-validation over the calibration + dev splits of both
-CCKS files (grouped by query, several fold seeds), CCKS macro-F1 per source (#14).
+CCKS files (grouped by query, several fold seeds), CCKS macro-F1 per source.
 
 The model's group-head trees (trained on the train split) are kept; what is refitted per fold, on four folds, is
 what ``scripts/recalibrate.py`` fits on the calibration and dev splits: the stack of the trees', the network's and
@@ -10,7 +10,7 @@ head's stack and offsets saw these pairs, so only out-of-fold figures measure it
 
 ``--train-fractions`` draws the learning curve of the trees: for each share of the train split's queries (whole
 queries; a smaller share is inside a larger one) the trees are trained again as ``fit_group_head`` trains them,
-then cross-validated the same way; the network and the feature head stay the shipped ones (#14: what more
+then cross-validated the same way; the network and the feature head stay the shipped ones (what more
 labelled pairs would buy).
 
     OMP_NUM_THREADS=1 python scripts/eval_group_head.py --data ../shared/data [--model DIR]

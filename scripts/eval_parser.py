@@ -1,7 +1,7 @@
 """Measure the address parser on the held-out split of the shared tagged addresses.
 
 Reports entity-level micro-F1 of the element tagger (all files together and each file alone: the held-out
-data of #19 is nationwide and Zhejiang addresses), province / city / district resolution accuracy
+parsing data is nationwide and Zhejiang addresses), province / city / district resolution accuracy
 (written in the address, and inferred after removing them) and batched parsing speed: addresses/s over
 ``--speed-rows`` addresses of the train split that this process has not parsed before (``fresh``: a new slice
 each of 3 runs, as held-out addresses would be), and over the last slice again (``repeated``: the gazetteer's

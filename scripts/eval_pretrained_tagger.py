@@ -1,4 +1,4 @@
-"""How far a pretrained encoder lifts element tagging (#19): the tagger's CRF over the teacher's transformer.
+"""How far a pretrained encoder lifts element tagging: the tagger's CRF over the teacher's transformer.
 
 The shipped tagger (embedding → trigram convolution → BiLSTM 64 → CRF) learns from the 48,335 tagged training
 addresses alone. The teacher (``teacher/cross-snapshot.safetensors``: since 2026-12-04 12 layers × 384 trained on a

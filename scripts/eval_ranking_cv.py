@@ -1,4 +1,4 @@
-"""Reranked retrieval over 2,118 CCKS queries instead of 306, for choosing between parsers (#14, #19).
+"""Reranked retrieval over 2,118 CCKS queries instead of 306, for choosing between parsers.
 
 The dev split has 306 CCKS queries whose gold is in the catalog (calibration: 108), so a parser change that
 moves 4 of them first or out of first place cannot be told from noise. The feature head, which carries most of

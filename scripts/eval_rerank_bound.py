@@ -1,4 +1,4 @@
-"""How much of the network an *exact* bound-based rerank could skip (#16): measured, not built.
+"""How much of the network an *exact* bound-based rerank could skip: measured, not built.
 
 The stacked scorer's logits are ``alpha · network + beta · head + bias``; with the network's logits inside a box
 (their range over the pairs below, widened by ``--widen``), each pair's P(exact_match) has a lower and an upper

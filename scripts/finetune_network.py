@@ -1,4 +1,4 @@
-"""Three ways to retrain the shipped cross-encoder's network, measured for issues #14 and #16:
+"""Three ways to retrain the shipped cross-encoder's network, measured:
 
 - ``--mode student --layers 0,3``: a smaller network made of some of the shipped network's layers (embeddings,
   pooler and classifier copied), distilled on the shipped network's logits over the train split (0.7 · KL to

@@ -7,7 +7,7 @@
 - :func:`hostile_json_bodies`: ``(kind, bytes)`` HTTP request bodies for a JSON API — well-formed
   requests carrying hostile strings, wrong types, missing fields, deep nesting, huge arrays, truncated
   or invalid JSON, invalid UTF-8, lone-surrogate escapes, NaN, duplicate keys, empty bodies.  Written
-  for the HTTP service (issue #6): post each body and check the reply with :func:`assert_clean_reply`.
+  for the HTTP service: post each body and check the reply with :func:`assert_clean_reply`.
 """
 from __future__ import annotations
 

@@ -268,7 +268,7 @@ def test_query_corpus(tiny_index, tiny_model_dirs):
 
 @pytest.mark.slow
 def test_the_http_service_survives_2000_hostile_bodies(tiny_index, tiny_model_dirs):
-    """The same generator pointed at `mgeo-index serve` (issue #6): /v1/resolve and /v1/match."""
+    """The same generator pointed at `mgeo-index serve`: /v1/resolve and /v1/match."""
     pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e '.[serve]')")
     from fastapi.testclient import TestClient
 

@@ -1,4 +1,4 @@
-"""Reviewers' decisions as data (issue #17): the review queue in the store, decisions with optimistic
+"""Reviewers' decisions as data: the review queue in the store, decisions with optimistic
 concurrency and undo, labels files in and out, and confirmed answers served by resolve / normalize /
 the service."""
 import csv

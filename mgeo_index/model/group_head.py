@@ -38,7 +38,7 @@ from mgeo_index.model.tree_head import balanced_weights, lightgbm
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
 ROUNDS = 300
 # boosters averaged: three boosters' trees moved 5-fold round-2 macro-F1 by about ±0.005–0.01 between seed sets
-# (0.717 / 0.723 for seeds 0-2 / 3-5, 0.736 / 0.717 with the leaves below): six cut it by about √2 (session 16)
+# (0.717 / 0.723 for seeds 0-2 / 3-5, 0.736 / 0.717 with the leaves below): six cut it by about √2
 SEEDS = 6
 _NEXT_BOOSTER = "\n# mgeo-index: next booster\n"
 PARAMS = {

@@ -1,6 +1,6 @@
 """Fine-tune the bi-encoder on hard negatives mined from the current retrieval, with the shipped cross-encoder's
 scores as targets and as the judge of false negatives, so that dense retrieval alone comes closer to hybrid
-(#14; measured, not shipped: see the README's *Distilling the reranker into the bi-encoder*).
+(measured, not shipped: see the README's *Distilling the reranker into the bi-encoder*).
 
 Stages, each resumable in ``out`` (outside the work tree, default ``~/.cache/mgeo-index/bi-distil``):
 

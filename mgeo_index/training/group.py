@@ -3,7 +3,7 @@
 :func:`fit_group_head` trains the trees on the train split of every file that lists each query's candidates
 together, then fits the stack (trees, network, feature head) and the decision offsets on held-out splits;
 :func:`cross_validate` refits that stack and those offsets fold by fold over the held-out pairs and reports the
-out-of-fold macro-F1 per source, beside the pairwise scorer's refitted the same way (#14).
+out-of-fold macro-F1 per source, beside the pairwise scorer's refitted the same way.
 """
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ def evaluate(model: Tagger, examples: list[Example], batch_size: int = 512) -> d
 def f1_by_file(tag, data_dir: Path, split: str = "test") -> dict[str, dict]:
     """Element F1 (redundant spans aside) of ``tag`` (texts → spans) on each tagged file's own ``split``
     examples and gold spans: the files follow different conventions (NCAP's, mostly Zhejiang, tags a 村 as
-    ``community`` where swei412's nationwide file says ``village``), and #19's held-out addresses are nationwide
+    ``community`` where swei412's nationwide file says ``village``), and the held-out parsing addresses are nationwide
     and Zhejiang ones, so the files' mean is closer to it than the pooled F1, which the largest file leads."""
     out = {}
     for name in TAGGED_FILES:
@@ -240,7 +240,7 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     ``teacher_rows`` untagged addresses (:func:`untagged_texts`) join the training examples; ``repeat``: a tagged
     file's training examples seen that many times an epoch, e.g. ``{"tagged_addresses_ncap2019.jsonl.gz": 3}``;
     ``select_files``: keep the epoch with the best mean of these files' own dev F1 instead of the pooled dev F1,
-    which the largest file leads — #19's held-out addresses are swei412's and NCAP's kinds)."""
+    which the largest file leads — the held-out parsing addresses are swei412's and NCAP's kinds)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     data = load_examples(data_dir, files, unmask=unmask)
