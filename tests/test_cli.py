@@ -273,3 +273,13 @@ def test_serve_says_when_its_port_is_taken(index_dir):
         port = taken.getsockname()[1]
         result = run("serve", "--index-dir", index_dir, "--port", port)
     assert result.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in " ".join(result.output.split())
+
+
+def test_the_cli_reference_in_docs_is_every_commands_own_help():
+    """docs/cli.md is generated from the commands' --help: change a command, regenerate it
+    (python -m mgeo_index.cli.reference > docs/cli.md)."""
+    from mgeo_index.cli.reference import commands, reference
+
+    written = (settings.PACKAGE_DIR.parent / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert written == reference(), "docs/cli.md is out of date: python -m mgeo_index.cli.reference > docs/cli.md"
+    assert len(list(commands())) == len(list(_commands(app)))  # every command, groups' included

@@ -145,7 +145,7 @@ def eval_retrieval(
 
 
 def bench(
-    addresses: Annotated[Path, typer.Option(help="Catalog file whose addresses are encoded (default: the bundled sample).")] = settings.SAMPLE_CATALOG,
+    addresses: Annotated[Path, typer.Option(help="Catalog file whose addresses are encoded \\[default: the bundled sample].", show_default=False)] = settings.SAMPLE_CATALOG,
     limit: Annotated[int, typer.Option(help="Addresses (and pairs) to time through the engine.")] = 2000,
     naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
     index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,

@@ -19,8 +19,8 @@ CrossModel = Annotated[Path | None, typer.Option("--cross-model", help="Cross-en
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … \\[env MGEO_INDEX_DEVICE; default: cuda when available].")]
 Backend = Annotated[str | None, typer.Option("--backend", help=(
     f"CPU inference backend: {', '.join(settings.BACKENDS[:-1])} or {settings.BACKENDS[-1]} "
-    f"\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, int8 with VNNI, else torch (here {settings.DEFAULT_CPU_BACKEND}), "
-    "torch on CUDA]."))]
+    "\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, int8 with VNNI, else torch; torch on CUDA; "
+    "mgeo-index bench compares them on this machine]."))]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
 RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
