@@ -8,7 +8,7 @@ encoder replaces the embedding, convolution and BiLSTM, a linear layer gives the
 training loop (:func:`mgeo_index.training.tagger.fit`), split and scoring as ``scripts/train_tagger.py`` follow.
 It prints the test F1, pooled and per tagged file, as ``train_tagger`` reports them, so the two read side by side.
 Not a shipped model (15.8 M or 22.9 M parameters against the tagger's 0.53 M): it measures whether pretraining is
-the lever for the element-F1 target (README, *Session 21* and the 2026-12-04 run: it is not).
+the lever for the element-F1 target (README, *What limits the element F1*: it is not).
 
     OMP_NUM_THREADS=1 python scripts/eval_pretrained_tagger.py --data ../shared/data --minutes 60
 """
