@@ -64,19 +64,12 @@ def replace_atomic(path: PathLike, write: Callable[[str], None]) -> None:
 
 def writable(directory: PathLike) -> bool:
     """Whether files can be created in ``directory`` (or, when it does not exist, in its nearest existing
-    parent): tried, not inferred from mode bits (a read-only mount, an immutable directory, root)."""
+    parent), as the kernel answers ``access(2)``: a read-only mount or an immutable directory says no, as root
+    too (nothing is written to find out)."""
     path = Path(directory)
     while not path.exists() and path != path.parent:
         path = path.parent
-    if not path.is_dir():
-        return False
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".mgeo-write-probe.", dir=path)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(probe)
-    return True
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:
