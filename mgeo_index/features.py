@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -255,12 +256,19 @@ _NUMBER_TOKENS = re.compile(r"[0-9]+|[a-z]+")
 _RANGE = re.compile(r"^([0-9]+)-([0-9]+)(?:号|弄|栋|幢)")  # 4-6号: numbers 4 to 6 (one plot, several numbers)
 
 
+@lru_cache(maxsize=1 << 16)
+def _normal_span(span: str) -> str:
+    """``normalize`` of an element span on its own (a span reads otherwise alone: 二百零八弄 becomes 208弄), kept:
+    catalog entries repeat the same spans, and every candidate pair asks again."""
+    return normalize(span)
+
+
 def number_value(name: str, span: str) -> tuple[str, ...]:
     """The number an element span writes, as comparable tokens: digits without leading zeros and letters
     (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), 7-6-1046 → ('7', '6', '1046')). A floor's ``f`` is
     its marker, not part of the number (12f → ('12',)). Chinese and full-width numerals are digits already
     (:func:`~mgeo_index.text.normalize`). Empty when the span writes no number (东座)."""
-    tokens = _NUMBER_TOKENS.findall(normalize(span))
+    tokens = _NUMBER_TOKENS.findall(_normal_span(span))
     if name == "floor":
         tokens = [t for t in tokens if t.isdigit()]
     return tuple(t.lstrip("0") or "0" if t.isdigit() else t for t in tokens)
@@ -282,11 +290,11 @@ def numbers_agree(name: str, a: str, b: str) -> bool:
     if any(long[i : i + len(short)] == short for i in range(len(long) - len(short) + 1)):
         return True
     for range_span, other in ((a, vb), (b, va)):
-        m = _RANGE.match(normalize(range_span))
+        m = _RANGE.match(_normal_span(range_span))
         if m and len(other) == 1 and other[0].isdigit() and int(m[1]) <= int(other[0]) <= int(m[2]):
             return True
     for bare, marked in ((a, vb), (b, va)):
-        if normalize(bare).isdigit() and len(marked) == 1 and bare.startswith(marked[0]) and len(bare) >= len(marked[0]) + 3:
+        if _normal_span(bare).isdigit() and len(marked) == 1 and bare.startswith(marked[0]) and len(bare) >= len(marked[0]) + 3:
             return True
     return False
 
@@ -333,7 +341,7 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
     if runs_a == runs_b:
         return {}
     sa, sb = _number_spans(qa), _number_spans(qb)
-    spans_a, spans_b = ({normalize(t) for spans in side.values() for t in spans} for side in (sa, sb))
+    spans_a, spans_b = ({_normal_span(t) for spans in side.values() for t in spans} for side in (sa, sb))
     roads = [_spans(q).get("road") for q in (qa, qb)]
     out = {}
     for name in NUMBERED:
@@ -341,7 +349,7 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
             continue
         if name == "roadno" and (bool(roads[0]) != bool(roads[1]) or roads[0] and not _same("road", *roads)):
             continue  # a number of another road (or of a road one side does not name): not comparable
-        if any(normalize(t) in spans_b for t in sa[name]) or any(normalize(t) in spans_a for t in sb[name]):
+        if any(_normal_span(t) in spans_b for t in sa[name]) or any(_normal_span(t) in spans_a for t in sb[name]):
             continue  # the other side writes this very span, read as another element (75号 a road number, a building)
         out[name] = ("".join(sa[name]), "".join(sb[name]))
     if not out and runs_a and runs_b and _skeleton(qa) == _skeleton(qb):
