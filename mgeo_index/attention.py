@@ -10,7 +10,7 @@ and attention is the plain matmul → softmax → matmul, whose reductions then 
 places whatever the batch's width: the same bits alone or in any batch (``tests/test_attention.py``), at about
 the fused kernel's speed at address lengths.
 
-:func:`use` switches a loaded model's transformer to it; :func:`mgeo_index.backends.apply` does so for every CPU
+:mod:`mgeo_index.model.bert`'s plain modules attend with it; :func:`use` switches a ``transformers`` model to it; :func:`mgeo_index.backends.apply` does so for every CPU
 backend that runs the module itself (``torch``, ``bf16``, ``compile``, ``int8``).
 """
 from __future__ import annotations
@@ -54,12 +54,14 @@ def _register() -> None:
 
 
 def use(model: torch.nn.Module) -> torch.nn.Module:
-    """Make the ``transformers`` model inside ``model`` (its outermost one) attend with :func:`attention`."""
-    from transformers import PreTrainedModel
+    """Make the transformer inside ``model`` attend with :func:`attention`: the plain modules of
+    :mod:`mgeo_index.model.bert` (their own default), or a ``transformers`` model (its outermost one)."""
+    from mgeo_index.model import bert
 
-    _register()
+    bert.use_fused(model, False)
     for part in model.modules():
-        if isinstance(part, PreTrainedModel):
+        if bert.is_transformer(part) and not isinstance(part, bert.Transformer):
+            _register()
             part.set_attn_implementation(NAME)
             break
     return model

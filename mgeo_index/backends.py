@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from mgeo_index import attention, files, settings
+from mgeo_index.model import bert
 
 BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
@@ -76,6 +77,8 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     require(name)
     if not str(device).startswith("cuda") and name != "onnx":
         attention.use(model)  # the same bits whatever the batch's padded width (before any copy below)
+    else:
+        bert.use_fused(model)  # CUDA (FP16 flash attention) and the ONNX graph: PyTorch's fused attention
     runner = None
     if name == "compile":
         runner = torch.compile(model, dynamic=True)
@@ -109,14 +112,12 @@ def _quantized(model: torch.nn.Module) -> torch.nn.Module:
 def _bf16(model: torch.nn.Module) -> torch.nn.Module:
     """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.quant.bf16_linears`);
     what follows the transformer (a projection) stays FP32."""
-    from transformers import PreTrainedModel
-
     from mgeo_index import quant
 
     model.__dict__.pop("runner", None)
     copied = copy.deepcopy(model)
     for part in copied.children():
-        if isinstance(part, PreTrainedModel):
+        if bert.is_transformer(part):
             quant.bf16_linears(part)
     return copied.eval()
 

@@ -167,3 +167,94 @@ def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
     cross.stack["alpha"] = 0.5
     with pytest.raises(AssertionError, match="the transformer ran"):
         inference.score_pairs(cross, a, b)
+
+
+LONG_PAIR = ("上海市浦东新区张江高科技园区碧波路690号" * 6, "浦东张江碧波路690号张江微电子港" * 7)
+PAIRS = [("北京市朝阳区建国路88号", "北京朝阳建国路88号"), ("深圳", "广州市天河区中山大道西1号ＡＢ座４０８"),
+         ("", "杭州西湖文三路478号"), LONG_PAIR]
+
+
+@pytest.mark.parametrize("profile", settings.PROFILES)
+@pytest.mark.parametrize("backend", ["torch", "int8"])
+def test_plain_modules_give_the_transformers_bits(profile, backend):
+    """The shipped networks as plain torch modules (what inference runs) compute the same bits as the
+    ``transformers`` models they were trained as, alone and in batches, long pairs cut the same way."""
+    from mgeo_index import backends
+
+    first, second = [a for a, _ in PAIRS], [b for _, b in PAIRS]
+    plain = backends.apply(load_cross_encoder(settings.cross_model_path(None, profile)), backend)
+    reference = backends.apply(load_cross_encoder(settings.cross_model_path(None, profile), trainable=True), backend)
+    assert type(plain.model).__module__ == "mgeo_index.model.bert"
+    assert type(reference.model).__module__.startswith("transformers.")
+    np.testing.assert_array_equal(inference.network_logits(plain, first, second),
+                                  inference.network_logits(reference, first, second))
+    if profile == "default":
+        bi = backends.apply(load_bi_encoder(settings.DEFAULT_BI_MODEL), backend)
+        bi_reference = backends.apply(load_bi_encoder(settings.DEFAULT_BI_MODEL, trainable=True), backend)
+        np.testing.assert_array_equal(inference.encode(bi, first + second), inference.encode(bi_reference, first + second))
+
+
+def test_tokenizer_answers_as_transformers_does():
+    from transformers import AutoTokenizer
+
+    from mgeo_index.model.tokenizer import FastTokenizer, load_tokenizer
+
+    ours, theirs = load_tokenizer(settings.DEFAULT_CROSS_MODEL), AutoTokenizer.from_pretrained(settings.DEFAULT_CROSS_MODEL)
+    assert isinstance(ours, FastTokenizer) and len(ours) == len(theirs)
+    first, second = [a for a, _ in PAIRS], [b for _, b in PAIRS]
+    calls = [((first, second), dict(padding=True, truncation=True, max_length=128)),
+             ((first, None), dict(padding=True, truncation=True, max_length=64, pad_to_multiple_of=8)),
+             (("人民路1号", None), dict(padding="max_length", truncation=True, max_length=32))]
+    for args, kwargs in calls:
+        mine, reference = ours(*args, **kwargs, return_tensors="pt"), theirs(*args, **kwargs, return_tensors="pt")
+        assert set(mine) == set(reference)
+        for key in mine:
+            assert torch.equal(mine[key], reference[key]), key
+    assert ours(*LONG_PAIR, max_length=128)["input_ids"].shape == (1, 128)
+
+
+def test_a_copied_or_pickled_tokenizer_still_tokenizes():
+    import copy
+    import pickle
+
+    from mgeo_index.model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(settings.DEFAULT_BI_MODEL)
+    for other in (copy.deepcopy(tokenizer), pickle.loads(pickle.dumps(tokenizer))):
+        assert torch.equal(other("人民路1号")["input_ids"], tokenizer("人民路1号")["input_ids"])
+
+
+def test_a_cross_encoder_checkpoint_without_a_classifier_is_refused_clearly(tiny_model_dirs, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny_model_dirs[1], tmp_path / "cross")
+    weights = load_file(tmp_path / "cross" / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if not k.startswith("classifier")}, tmp_path / "cross" / "model.safetensors")
+    with pytest.raises(ModelError, match="no weight classifier.weight: it is not a sequence-classification model"):
+        load_cross_encoder(tmp_path / "cross")
+
+
+def test_resolving_imports_no_transformers(tmp_path):
+    """One-shot commands start without ``transformers`` (seconds of imports): the shipped models run as plain
+    torch modules with the ``tokenizers`` library."""
+    import subprocess
+    import sys
+
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text("id,address\n1,杭州市西湖区文三路478号\n2,北京市朝阳区建国路88号\n", encoding="utf-8")
+    code = f"""
+import sys
+from typer.testing import CliRunner
+from mgeo_index.cli import app
+runner = CliRunner()
+for args in (["build", {str(catalog)!r}, "--index-dir", {str(tmp_path / 'idx')!r}],
+             ["resolve", "杭州西湖文三路478号", "--index-dir", {str(tmp_path / 'idx')!r}, "--explain"]):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "transformers" not in sys.modules, args[0]
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]

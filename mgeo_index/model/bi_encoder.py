@@ -11,9 +11,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from mgeo_index.model.manifest import quiet_transformers, save_hf_model, fingerprint, read_manifest, write_manifest
+from mgeo_index.model import bert
+from mgeo_index.model.manifest import save_hf_model, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.tokenizer import load_tokenizer
 
 KIND = "bi-encoder"
 
@@ -21,8 +22,8 @@ KIND = "bi-encoder"
 class BiEncoder(nn.Module):
     def __init__(
         self,
-        encoder: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
+        encoder: nn.Module,
+        tokenizer,
         *,
         pooling: str = "mean",
         projection_dim: int | None = None,
@@ -80,12 +81,13 @@ class BiEncoder(nn.Module):
         self.path = str(path.resolve())
 
 
-def load_bi_encoder(path: str | Path) -> BiEncoder:
+def load_bi_encoder(path: str | Path, *, trainable: bool = False) -> BiEncoder:
+    """Load a bi-encoder directory; ``trainable``: its transformer as a ``transformers`` model, to train it
+    (otherwise a BERT runs as :mod:`mgeo_index.model.bert`'s plain modules: the same outputs, a faster start)."""
     path = Path(path)
     manifest = read_manifest(path, KIND)
-    quiet_transformers()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    encoder = AutoModel.from_pretrained(path, dtype=torch.float32, add_pooling_layer=False)
+    tokenizer = load_tokenizer(path)
+    encoder = bert.load_network(path, classifier=False, trainable=trainable)
     max_length = manifest.get("max_length") or min(tokenizer.model_max_length, 128)
     model = BiEncoder(
         encoder,

@@ -26,12 +26,17 @@ class ModelError(Exception):
 
 
 def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
-    import transformers
 
     from mgeo_index import __version__
 
-    return {"mgeo_index": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        transformers = version("transformers")  # what the package metadata says: importing it takes seconds
+    except PackageNotFoundError:
+        transformers = "not installed"
+    return {"mgeo_index": __version__, "torch": torch.__version__, "transformers": transformers}
 
 
 def write_manifest(path: str | Path, manifest: dict) -> None:

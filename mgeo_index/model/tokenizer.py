@@ -1,25 +1,34 @@
-"""Character-level tokenizer built from address text, saved in Hugging Face format.
+"""Tokenizers: the character-level one built from address text, and the one door that reads a model's.
 
 Every character is one token (Chinese addresses are short and character-compositional). The
 tokenizer normalizes with NFKC + lowercase so full-width ``４７８Ａ`` and ``478a`` share tokens.
+It is saved in Hugging Face format; :func:`load_tokenizer` reads ``tokenizer.json`` with the ``tokenizers``
+library alone (:class:`FastTokenizer`: the batch call the encoders make, as ``transformers`` answers it),
+and only a checkpoint without one goes through ``transformers``.
 """
 from __future__ import annotations
 
+import json
+import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
-from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def build_char_tokenizer(
     texts: Iterable[str], *, min_freq: int = 2, max_vocab: int = 12000
-) -> PreTrainedTokenizerFast:
+):
     """Vocabulary = special tokens + characters seen at least ``min_freq`` times (most frequent first)."""
     import unicodedata
+
+    from transformers import PreTrainedTokenizerFast
 
     counts: Counter[str] = Counter()
     for text in texts:
@@ -49,3 +58,92 @@ def build_char_tokenizer(
         mask_token="[MASK]",
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
+
+
+class FastTokenizer:
+    """A ``tokenizer.json`` behind the call the encoders make: ``tokenizer(first, second, padding=True,
+    truncation=True, max_length=…, return_tensors="pt")`` gives what ``PreTrainedTokenizerFast`` gives (the same
+    ids, pair truncation longest first, right padding with ``[PAD]``, type ids, attention mask)."""
+
+    def __init__(self, tokenizer: Tokenizer, settings: dict | None = None):
+        self.backend_tokenizer = tokenizer
+        self.settings = dict(settings or {})
+        self.pad_token = self.settings.get("pad_token", "[PAD]")
+        self.pad_token_id = tokenizer.token_to_id(self.pad_token)
+        if self.pad_token_id is None:
+            raise ValueError(f"the tokenizer has no padding token {self.pad_token!r}")
+        # a model's own limit; the encoders cut at their manifest's max_length below it
+        self.model_max_length = int(min(self.settings.get("model_max_length", 10**12), 10**12))
+        self._lock = threading.Lock()  # truncation and padding are settings of the shared backend
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.backend_tokenizer.get_vocab(with_added_tokens=True)
+
+    def __getstate__(self) -> dict:  # copies and pickles (Ray workers) take a lock of their own
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def __call__(self, first: str | Sequence[str], second: str | Sequence[str] | None = None, *,
+                 padding: bool | str = True, truncation: bool = True, max_length: int | None = None,
+                 pad_to_multiple_of: int | None = None, return_tensors: str = "pt") -> dict:
+        import torch
+
+        if return_tensors != "pt":
+            raise ValueError("only return_tensors='pt' is supported")
+        single = isinstance(first, str)
+        first = [first] if single else list(first)
+        if second is not None:
+            second = [second] if isinstance(second, str) else list(second)
+            if len(second) != len(first):
+                raise ValueError(f"{len(first)} first texts but {len(second)} second texts")
+        limit = max_length if max_length is not None else self.model_max_length
+        with self._lock:
+            backend = self.backend_tokenizer
+            if truncation:
+                backend.enable_truncation(limit, strategy="longest_first")
+            else:
+                backend.no_truncation()
+            if padding == "max_length":
+                backend.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token, length=limit)
+            elif padding:
+                backend.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token,
+                                       pad_to_multiple_of=pad_to_multiple_of)
+            else:
+                backend.no_padding()
+            encodings = backend.encode_batch(first if second is None else list(zip(first, second)))
+        return {
+            "input_ids": torch.tensor([e.ids for e in encodings], dtype=torch.long),
+            "token_type_ids": torch.tensor([e.type_ids for e in encodings], dtype=torch.long),
+            "attention_mask": torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),
+        }
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """``tokenizer.json`` (no padding or truncation state) and the settings it was read with."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self.backend_tokenizer.no_padding()
+            self.backend_tokenizer.no_truncation()
+            self.backend_tokenizer.save(str(path / TOKENIZER_FILE))
+        (path / TOKENIZER_CONFIG).write_text(json.dumps(self.settings, indent=2, ensure_ascii=False) + "\n")
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer saved in a model directory: :class:`FastTokenizer` where it has ``tokenizer.json``, else
+    (a checkpoint with only a vocabulary file) ``transformers``' ``AutoTokenizer``."""
+    path = Path(path)
+    if (path / TOKENIZER_FILE).is_file():
+        config = path / TOKENIZER_CONFIG
+        settings = json.loads(config.read_text()) if config.is_file() else {}
+        return FastTokenizer(Tokenizer.from_file(str(path / TOKENIZER_FILE)), settings)
+    from transformers import AutoTokenizer
+
+    from mgeo_index.model.manifest import quiet_transformers
+
+    quiet_transformers()
+    return AutoTokenizer.from_pretrained(path)

@@ -309,7 +309,7 @@ def stage_train(cfg: DistilConfig, pools: dict[str, np.ndarray]) -> Path:
         return best_path
     rng = random.Random(cfg.seed + 1)
     torch.manual_seed(cfg.seed + 1)
-    bi = load_bi_encoder(cfg.bi_model).train()
+    bi = load_bi_encoder(cfg.bi_model, trainable=True).train()
     optimizer = torch.optim.AdamW(bi.parameters(), lr=cfg.lr, weight_decay=0.01)
     queries = query_lists(pools, cfg, random.Random(cfg.seed))
     tagged = [t["elements"] for t in data.tagged_addresses(cfg.data_dir) if t.get("split", "train") == "train" and t.get("elements")]
