@@ -15,16 +15,17 @@ inside the kernels whatever the storage dtype (fp16, bf16 or fp32).
 Backend selection (``backend=``):
 
 * ``"auto"``   -- Triton when the tensor is on CUDA, or when ``TRITON_INTERPRET=1``
-  (the Triton CPU interpreter, for tests) was set before this module was imported;
+  (the Triton CPU interpreter, for tests) was set before triton was imported;
   torch otherwise (and always torch when triton is not installed).
 * ``"triton"`` -- force Triton; raises ``ImportError`` (triton missing) or
   ``RuntimeError`` (no way to launch for this tensor) with an explanation.
 * ``"torch"``  -- force the torch reference implementation.
 
-Triton is imported in a guarded way so this module imports where triton is missing.
-Note that ``@triton.jit`` decides at *definition* time whether a kernel runs on the
-interpreter, so ``TRITON_INTERPRET=1`` must be in the environment before triton (and
-this module) is first imported for CPU tensors to be able to use the Triton path.
+The Triton kernels live in :mod:`mgeo_index.triton_kernels`, imported (guarded: this
+module works where triton is missing) only when a launch may happen. ``@triton.jit``
+decides at *definition* time whether a kernel runs on the interpreter, so
+``TRITON_INTERPRET=1`` must be in the environment before triton is first imported for
+CPU tensors to be able to use the Triton path.
 """
 from __future__ import annotations
 
@@ -73,109 +74,16 @@ _TRITON_INSTALL_HINT = (
     "with CUDA builds of torch on Linux). Use backend='torch' to run without it."
 )
 
-try:  # Guarded: the module must import (and the torch path work) without triton.
-    import triton
-    import triton.language as tl
-
-    _TRITON_IMPORT_ERROR: BaseException | None = None
-except Exception as exc:  # pragma: no cover - exercised only where triton is absent
-    triton = None  # type: ignore[assignment]
-    tl = None  # type: ignore[assignment]
-    _TRITON_IMPORT_ERROR = exc
-
-
 def _interpret_env() -> bool:
     """Whether ``TRITON_INTERPRET=1`` is set right now."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
-if triton is not None:
+def _triton():
+    """:mod:`mgeo_index.triton_kernels`, imported on first need (see its docstring)."""
+    from mgeo_index import triton_kernels
 
-    @triton.jit
-    def _l2_normalize_kernel(
-        x_ptr,
-        y_ptr,
-        n_rows,
-        n_cols,
-        stride_x_row,
-        stride_y_row,
-        eps,
-        BLOCK_ROWS: tl.constexpr,
-        BLOCK_COLS: tl.constexpr,
-    ):
-        """y[r, :] = x[r, :] / max(||x[r, :]||_2, eps) for a tile of BLOCK_ROWS rows."""
-        pid = tl.program_id(0)
-        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        cols = tl.arange(0, BLOCK_COLS)
-        row_mask = rows < n_rows
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        # 64-bit row offsets: rows * stride can exceed 2**31 for large matrices.
-        rows64 = rows.to(tl.int64)
-        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-        x = x.to(tl.float32)
-        norm = tl.sqrt(tl.sum(x * x, axis=1))
-        # Masked columns were loaded as 0 so they do not contribute; an all-zero row
-        # gives norm 0 -> denominator eps -> output 0 (no NaN).
-        denom = tl.maximum(norm, eps)
-        y = x / denom[:, None]
-        tl.store(
-            y_ptr + rows64[:, None] * stride_y_row + cols[None, :],
-            y.to(y_ptr.dtype.element_ty),
-            mask=mask,
-        )
-
-    @triton.jit
-    def _softmax_kernel(
-        x_ptr,
-        y_ptr,
-        n_rows,
-        n_cols,
-        stride_x_row,
-        stride_y_row,
-        temperature,
-        BLOCK_ROWS: tl.constexpr,
-        BLOCK_COLS: tl.constexpr,
-    ):
-        """y[r, :] = softmax(x[r, :] / temperature) for a tile of BLOCK_ROWS rows."""
-        pid = tl.program_id(0)
-        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        cols = tl.arange(0, BLOCK_COLS)
-        row_mask = rows < n_rows
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        rows64 = rows.to(tl.int64)
-        # Padding lanes load -inf so they vanish from both the max and the sum.
-        x = tl.load(
-            x_ptr + rows64[:, None] * stride_x_row + cols[None, :], mask=mask, other=float("-inf")
-        )
-        z = x.to(tl.float32) / temperature
-        row_max = tl.max(z, axis=1)
-        # Rows past the end are all -inf; give them a finite max/sum so no NaNs are
-        # computed (they are never stored anyway).
-        row_max = tl.where(row_mask, row_max, 0.0)
-        num = tl.exp(z - row_max[:, None])
-        den = tl.sum(num, axis=1)
-        den = tl.where(row_mask, den, 1.0)
-        y = num / den[:, None]
-        tl.store(
-            y_ptr + rows64[:, None] * stride_y_row + cols[None, :],
-            y.to(y_ptr.dtype.element_ty),
-            mask=mask,
-        )
-
-    def _is_interpreted(fn: Any) -> bool:
-        return type(fn).__name__ == "InterpretedFunction"
-
-    # jit picks interpreter vs. compiled mode when the decorator runs; remember which.
-    _KERNELS_INTERPRETED: bool = _is_interpreted(_l2_normalize_kernel)
-    # The interpreter also needs triton's own library functions (tl.max, tl.sum are
-    # @jit functions defined when triton is first imported) to be interpreted: if
-    # triton was imported before TRITON_INTERPRET=1 was set, nothing can launch.
-    _INTERPRETER_USABLE: bool = _KERNELS_INTERPRETED and _is_interpreted(tl.max)
-else:  # pragma: no cover
-    _l2_normalize_kernel = None
-    _softmax_kernel = None
-    _KERNELS_INTERPRETED = False
-    _INTERPRETER_USABLE = False
+    return triton_kernels
 
 
 # --------------------------------------------------------------------------------------
@@ -212,29 +120,35 @@ def torch_softmax(x: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
 
 
 def triton_available() -> bool:
-    """Whether the ``triton`` package imported successfully."""
-    return triton is not None
+    """Whether the ``triton`` package imported successfully (importing it, if nothing did yet)."""
+    return _triton().triton is not None
 
 
 def _triton_launchable(x: torch.Tensor) -> bool:
-    """Whether the Triton kernels can be launched on this tensor's device."""
-    if triton is None:
-        return False
+    """Whether the Triton kernels can be launched on this tensor's device (a CPU tensor without
+    ``TRITON_INTERPRET=1`` never imports triton)."""
     if x.is_cuda:
+        kernels = _triton()
         # Compiled kernels, or (interpreter mode) a working interpreter.
-        return not _KERNELS_INTERPRETED or _INTERPRETER_USABLE
+        return kernels.triton is not None and (not kernels.INTERPRETED or kernels.INTERPRETER_USABLE)
     # CPU tensors only run on the interpreter, which must have been active when triton
     # and the kernels were imported (and still be requested now).
-    return x.device.type == "cpu" and _INTERPRETER_USABLE and _interpret_env()
+    if x.device.type != "cpu" or not _interpret_env():
+        return False
+    kernels = _triton()
+    return kernels.triton is not None and kernels.INTERPRETER_USABLE
 
 
 def available_backends() -> list[str]:
     """Backends usable in this process: always ``"torch"``; ``"triton"`` when triton is
     installed and either CUDA is available or the kernels run on the interpreter."""
     names = ["torch"]
-    if triton is not None and (
-        (torch.cuda.is_available() and (not _KERNELS_INTERPRETED or _INTERPRETER_USABLE))
-        or (_INTERPRETER_USABLE and _interpret_env())
+    if not (torch.cuda.is_available() or _interpret_env()):
+        return names
+    kernels = _triton()
+    if kernels.triton is not None and (
+        (torch.cuda.is_available() and (not kernels.INTERPRETED or kernels.INTERPRETER_USABLE))
+        or (kernels.INTERPRETER_USABLE and _interpret_env())
     ):
         names.append("triton")
     return names
@@ -270,8 +184,9 @@ def _resolve_backend(x: torch.Tensor, backend: str, out_dtype: torch.dtype) -> s
     if backend == "auto":
         return "triton" if triton_ok and _triton_launchable(x) else "torch"
     # backend == "triton": explain precisely why it cannot run.
-    if triton is None:
-        raise ImportError(f"triton could not be imported ({_TRITON_IMPORT_ERROR}). {_TRITON_INSTALL_HINT}")
+    kernels = _triton()
+    if kernels.triton is None:
+        raise ImportError(f"triton could not be imported ({kernels.IMPORT_ERROR}). {_TRITON_INSTALL_HINT}")
     if x.dtype not in _TRITON_DTYPES or out_dtype not in _TRITON_DTYPES:
         raise RuntimeError(
             f"Triton backend supports float32/float16/bfloat16, got input {x.dtype} and "
@@ -283,7 +198,7 @@ def _resolve_backend(x: torch.Tensor, backend: str, out_dtype: torch.dtype) -> s
             "use backend='torch'"
         )
     if not _triton_launchable(x):
-        if _KERNELS_INTERPRETED and not _INTERPRETER_USABLE:
+        if kernels.INTERPRETED and not kernels.INTERPRETER_USABLE:
             raise RuntimeError(
                 "the Triton interpreter is unusable in this process: triton was imported before "
                 "TRITON_INTERPRET=1 was set, so its own library functions were compiled for GPU; "
@@ -291,15 +206,16 @@ def _resolve_backend(x: torch.Tensor, backend: str, out_dtype: torch.dtype) -> s
             )
         raise RuntimeError(
             f"Triton backend requested for a tensor on {x.device}: Triton needs a CUDA tensor, or "
-            "TRITON_INTERPRET=1 set in the environment *before* triton and mgeo_index.kernels are "
-            "imported (the interpreter is chosen when kernels are defined)"
-            + ("" if _KERNELS_INTERPRETED else "; the kernels in this process were compiled for GPU")
+            "TRITON_INTERPRET=1 set in the environment *before* triton is imported (the interpreter is "
+            "chosen when the kernels are defined)"
+            + ("" if kernels.INTERPRETED else "; the kernels in this process were compiled for GPU")
         )
     return "triton"
 
 
 def _launch_config(n_rows: int, n_cols: int, interpreted: bool) -> tuple[int, int, int]:
     """(BLOCK_ROWS, BLOCK_COLS, num_warps) for a ``n_rows x n_cols`` launch."""
+    triton = _triton().triton
     block_cols = triton.next_power_of_2(max(n_cols, 1))
     budget = _INTERPRETER_TILE_ELEMS if interpreted else _GPU_TILE_ELEMS
     block_rows = max(1, min(_MAX_BLOCK_ROWS, budget // block_cols))
@@ -318,10 +234,11 @@ def _launch_rowwise(kernel: Any, x: torch.Tensor, out_dtype: torch.dtype, scalar
         x = x.contiguous()
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=out_dtype, device=x.device)
-    block_rows, block_cols, num_warps = _launch_config(n_rows, n_cols, _KERNELS_INTERPRETED)
-    grid = (triton.cdiv(n_rows, block_rows),)
+    interpreted = _triton().INTERPRETED
+    block_rows, block_cols, num_warps = _launch_config(n_rows, n_cols, interpreted)
+    grid = (-(-n_rows // block_rows),)
     kwargs: dict[str, Any] = {"BLOCK_ROWS": block_rows, "BLOCK_COLS": block_cols}
-    if not _KERNELS_INTERPRETED:
+    if not interpreted:
         kwargs["num_warps"] = num_warps
     if x.is_cuda:
         with torch.cuda.device(x.device):
@@ -359,7 +276,7 @@ def l2_normalize(
         return torch.empty(x.shape, dtype=out_dtype, device=x.device)
     if chosen == "torch":
         return torch_l2_normalize(x, out_dtype=out_dtype, eps=eps)
-    return _launch_rowwise(_l2_normalize_kernel, x, out_dtype, float(eps))
+    return _launch_rowwise(_triton().l2_normalize_kernel, x, out_dtype, float(eps))
 
 
 def softmax(x: torch.Tensor, *, temperature: float = 1.0, backend: str = "auto") -> torch.Tensor:
@@ -376,4 +293,4 @@ def softmax(x: torch.Tensor, *, temperature: float = 1.0, backend: str = "auto")
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if chosen == "torch":
         return torch_softmax(x, temperature=temperature)
-    return _launch_rowwise(_softmax_kernel, x, x.dtype, float(temperature))
+    return _launch_rowwise(_triton().softmax_kernel, x, x.dtype, float(temperature))

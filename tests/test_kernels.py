@@ -37,7 +37,7 @@ _restore_interpret_env()
 
 if not K.triton_available():
     pytest.skip("triton is not installed", allow_module_level=True)
-if not K._INTERPRETER_USABLE:
+if not K._triton().INTERPRETER_USABLE:
     # triton.language's own @jit helpers (tl.max, tl.sum) are also fixed at import, so
     # if anything imported triton before this module, the interpreter cannot be enabled
     # here: run with TRITON_INTERPRET=1 in the environment (or this module on its own).
@@ -210,8 +210,8 @@ def test_auto_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_triton_gives_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(K, "triton", None)
-    monkeypatch.setattr(K, "_TRITON_IMPORT_ERROR", ImportError("No module named 'triton'"))
+    monkeypatch.setattr(K._triton(), "triton", None)
+    monkeypatch.setattr(K._triton(), "IMPORT_ERROR", ImportError("No module named 'triton'"))
     x = torch.ones(2, 8)
     with pytest.raises(ImportError, match="pip install"):
         K.l2_normalize(x, backend="triton")
@@ -221,7 +221,7 @@ def test_missing_triton_gives_clear_import_error(monkeypatch: pytest.MonkeyPatch
 
 def test_half_enabled_interpreter_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # Kernels defined for the interpreter but triton itself imported without it.
-    monkeypatch.setattr(K, "_INTERPRETER_USABLE", False)
+    monkeypatch.setattr(K._triton(), "INTERPRETER_USABLE", False)
     x = torch.ones(2, 8)
     assert K._resolve_backend(x, "auto", x.dtype) == "torch"
     with pytest.raises(RuntimeError, match="imported before TRITON_INTERPRET=1"):
