@@ -43,6 +43,17 @@ def test_single_linear_head() -> None:
     assert script.get_heads() == [HEAD]
     assert [r.revision for r in script.walk_revisions()][-4:] == ["0004_elements", "0003_generations", "0002", "0001"]
     assert (store.migrations_dir() / "env.py").is_file()
+    assert store.schema_head() == HEAD  # what connect() compares with, read without Alembic
+
+
+def test_opening_a_store_at_the_newest_schema_loads_no_alembic(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'mgeo.db'}"
+    store.connect(url).dispose()
+    code = f"import sys; from mgeo_index import store; store.connect({url!r}).dispose(); print('alembic' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_alembic_config_escapes_percent() -> None:

@@ -2,20 +2,20 @@
 SQLite pragmas) and the Alembic helpers that create and evolve the schema.
 
 The schema is created and evolved only by the Alembic migrations in ``migrations/`` (installed as
-``mgeo_index.migrations``); :func:`connect` applies pending ones.
+``mgeo_index.migrations``); :func:`connect` applies pending ones. A database already at the newest revision is
+opened without loading Alembic (a one-shot ``resolve`` then spends no time on it).
 """
 from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import BigInteger, Engine, Integer, create_engine, event
+from sqlalchemy import BigInteger, Engine, Integer, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
@@ -55,8 +55,10 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str):
     """An in-code Alembic config (no alembic.ini) pointing at our migrations and ``url``."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     # ConfigParser interpolates '%', which URL-encoded passwords may contain.
@@ -65,10 +67,14 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str) -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
 
 
@@ -77,9 +83,54 @@ def current_revision(url: str) -> str | None:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return _revision(conn)
     finally:
         engine.dispose()
+
+
+def _revision(conn) -> str | None:
+    """The revision recorded in ``alembic_version`` (what Alembic's MigrationContext reads), None without one."""
+    from sqlalchemy import inspect
+
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:
+        raise RuntimeError(f"the database records {len(rows)} schema revisions ({', '.join(rows)}); expected one")
+    return rows[0] if rows else None
+
+
+@lru_cache(maxsize=1)
+def schema_head() -> str:
+    """The newest migration's revision id, read from the migration files' ``revision`` / ``down_revision`` lines
+    without loading Alembic (a test holds it to :func:`alembic_head`): the one revision no other names as its
+    ``down_revision``."""
+    revisions, parents = set(), set()
+    for file in (migrations_dir() / "versions").glob("*.py"):
+        source = file.read_text(encoding="utf-8")
+        found = re.search(r'^revision(?::[^=]*)?=\s*["\']([^"\']+)["\']', source, flags=re.M)
+        down = re.search(r"^down_revision(?::[^=]*)?=(.*)$", source, flags=re.M)
+        if found:
+            revisions.add(found.group(1))
+        if found and down:
+            parents.update(re.findall(r'["\']([^"\']+)["\']', down.group(1)))
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"the migrations in {migrations_dir()} have {len(heads)} heads ({sorted(heads)}); expected one")
+    return heads.pop()
+
+
+def upgrade_if_behind(url: str) -> None:
+    """:func:`upgrade` a database that is not at :func:`schema_head` (asking it costs one query; Alembic is
+    loaded only to migrate)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            current = _revision(conn)
+    finally:
+        engine.dispose()
+    if current != schema_head():
+        upgrade(url)
 
 
 def alembic_head() -> str:
@@ -142,10 +193,10 @@ def _connect_read_only(path: Path) -> Engine:
                             "the index once where it is writable (any mgeo-index command), then copy it again")
     engine = create_engine(f"sqlite:///file:{path}?mode=ro&immutable=1&uri=true")
     with engine.connect() as conn:
-        revision = MigrationContext.configure(conn).get_current_revision()
-    if revision != alembic_head():
+        revision = _revision(conn)
+    if revision != schema_head():
         engine.dispose()
-        raise ReadOnlyStore(f"{path} is read-only and at schema {revision}, but this version reads {alembic_head()}: "
+        raise ReadOnlyStore(f"{path} is read-only and at schema {revision}, but this version reads {schema_head()}: "
                             f"run `mgeo-index db upgrade` on it where it is writable")
     event.listen(engine, "connect", lambda dbapi_conn, _record: dbapi_conn.execute("PRAGMA query_only=ON"))
     return engine
@@ -170,7 +221,7 @@ def connect(url: str) -> Engine:
     """
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
-        upgrade(url)
+        upgrade_if_behind(url)
         return create_engine(url, pool_pre_ping=True)
     read_only = _read_only_file(u)
     if read_only is not None:
@@ -183,10 +234,12 @@ def connect(url: str) -> Engine:
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         # Migrate first through a private engine (see migrations/env.py), then hook pragmas.
-        upgrade(url)
+        upgrade_if_behind(url)
         engine = create_engine(url)
     event.listen(engine, "connect", _sqlite_pragmas)
     if memory:
+        from alembic import command
+
         cfg = alembic_config(url)
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
