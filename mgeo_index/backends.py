@@ -20,7 +20,6 @@ engine's FP16 path, fused attention). The CPU default is ``settings.backend()``.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib.util
 import warnings
@@ -102,24 +101,20 @@ def ensure(model: torch.nn.Module, name: str | None = None, *, device: str = "cp
 
 
 def _quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.quant.quantize_linears`)."""
+    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.quant.quantized_copy`)."""
     from mgeo_index import quant
 
     model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
-    return quant.quantize_linears(copy.deepcopy(model)).eval()
+    return quant.quantized_copy(model).eval()
 
 
 def _bf16(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.quant.bf16_linears`);
+    """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.quant.bf16_copy`);
     what follows the transformer (a projection) stays FP32."""
     from mgeo_index import quant
 
     model.__dict__.pop("runner", None)
-    copied = copy.deepcopy(model)
-    for part in copied.children():
-        if bert.is_transformer(part):
-            quant.bf16_linears(part)
-    return copied.eval()
+    return quant.bf16_copy(model, [part for part in model.children() if bert.is_transformer(part)]).eval()
 
 
 def onnx_path(model) -> Path:

@@ -22,6 +22,8 @@ the same shape dependence), and layers narrower than ``MIN_FEATURES`` (the 3-lab
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -78,14 +80,39 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows"
 
 
+def _int8(layer: nn.Linear) -> nn.Module | None:
+    return Int8Linear(layer) if min(layer.in_features, layer.out_features) >= MIN_FEATURES else None
+
+
 def quantize_linears(module: nn.Module) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``module`` at least ``MIN_FEATURES`` wide both ways by an
     :class:`Int8Linear`; returns ``module``."""
+    return _replace_linears(module, _int8)
+
+
+def quantized_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` with :func:`quantize_linears` applied (``module`` unchanged)."""
+    return replaced_copy(module, _int8)
+
+
+def _replace_linears(module: nn.Module, replace) -> nn.Module:
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear) and min(child.in_features, child.out_features) >= MIN_FEATURES:
-                setattr(parent, name, Int8Linear(child))
+            if isinstance(child, nn.Linear) and (new := replace(child)) is not None:
+                setattr(parent, name, new)
     return module
+
+
+def replaced_copy(module: nn.Module, replace, parts: list[nn.Module] | None = None) -> nn.Module:
+    """A deep copy of ``module`` in which each ``nn.Linear`` (of ``parts``, default all of it) is ``replace(layer)``
+    where that is not None, made without copying the replaced layers first (an FP32 copy of every weight, only
+    to be dropped: 14 MB of a one-shot command's peak per shipped network)."""
+    memo: dict[int, object] = {}
+    for part in parts if parts is not None else [module]:
+        for layer in part.modules():
+            if isinstance(layer, nn.Linear) and (new := replace(layer)) is not None:
+                memo[id(layer)] = new
+    return copy.deepcopy(module, memo)
 
 
 def bf16_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -133,12 +160,17 @@ class Float32Input(nn.Module):
         return self.linear(x.float())
 
 
+def _bf16(layer: nn.Linear) -> nn.Module:
+    wide = min(layer.in_features, layer.out_features) >= MIN_FEATURES
+    return Bf16Linear(layer) if wide else Float32Input(copy.deepcopy(layer))
+
+
 def bf16_linears(module: nn.Module) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``module`` at least ``MIN_FEATURES`` wide both ways by a
     :class:`Bf16Linear` and wrap the narrower ones in :class:`Float32Input`; returns ``module``."""
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                wide = min(child.in_features, child.out_features) >= MIN_FEATURES
-                setattr(parent, name, Bf16Linear(child) if wide else Float32Input(child))
-    return module
+    return _replace_linears(module, _bf16)
+
+
+def bf16_copy(module: nn.Module, parts: list[nn.Module]) -> nn.Module:
+    """A copy of ``module`` with :func:`bf16_linears` applied to ``parts`` of it (``module`` unchanged)."""
+    return replaced_copy(module, _bf16, parts)

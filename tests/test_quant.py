@@ -1,4 +1,6 @@
 """Row-wise int8 and tiled bf16 arithmetic: close to FP32, and a row's result never depends on its batch-mates."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -98,3 +100,16 @@ def test_bf16_linears_keep_narrow_layers_fp32():
     assert isinstance(model[0], quant.Bf16Linear) and isinstance(model[2], quant.Float32Input)
     out = model(torch.randn(5, 32))
     assert out.dtype == torch.float32 and out.shape == (5, 3)
+
+
+def test_a_quantized_copy_leaves_the_model_and_computes_as_an_in_place_one():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_linear(32, 64), torch.nn.ReLU(), _linear(64, 3))
+    before = [p.clone() for p in model.parameters()]
+    x = torch.randn(5, 32)
+    for copied, in_place in ((quant.quantized_copy(model), quant.quantize_linears(copy.deepcopy(model))),
+                             (quant.bf16_copy(model, [model]), quant.bf16_linears(copy.deepcopy(model)))):
+        assert type(copied[0]) is type(in_place[0]) and type(copied[2]) is type(in_place[2])
+        assert torch.equal(copied(x), in_place(x))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert isinstance(model[0], torch.nn.Linear) and isinstance(model[2], torch.nn.Linear)

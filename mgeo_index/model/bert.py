@@ -239,6 +239,8 @@ def load(path: str | Path, *, classifier: bool) -> Transformer:
 
     path = Path(path)
     config = read_config(path)
+    # (built on the CPU: initializing on the meta device would import torch._dynamo, 1.2 s; the random weights
+    # are dropped when the file's are assigned)
     model = BertClassifier(config) if classifier else Bert(config)
     expected = model.state_dict()
     state = {}
@@ -252,7 +254,7 @@ def load(path: str | Path, *, classifier: bool) -> Transformer:
                 what = "sequence-classification model" if classifier else "BERT encoder"
                 raise ModelError(f"{path / 'model.safetensors'} has no weight {name}: it is not a {what}")
             state[name] = weights.get_tensor(source).float()
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
 
