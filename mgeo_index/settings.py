@@ -157,6 +157,15 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cpu_kind(flags: frozenset[str] | None = None) -> str:
+    """What a benchmark names the CPU by: ``amx`` (AMX tiles), ``avx512_bf16``, ``avx512``, ``avx2`` or ``other``."""
+    flags = cpu_flags() if flags is None else flags
+    for kind, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if flag in flags:
+            return kind
+    return "other"
+
+
 # The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says, by what the CPU has. Every candidate
 # gives results that do not depend on what else is in a batch (a probability moves by < 1e-6 with its batch-mates
 # and --top-k), and the CCKS dev macro-F1 of FP32 (`mgeo-index bench --backends torch,bf16,int8`, README):
