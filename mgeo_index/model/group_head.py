@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.model.tree_head import balanced_weights, lightgbm
+from mgeo_index.model.tree_head import balanced_weights, lightgbm, predict_threads
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
 ROUNDS = 300
@@ -120,7 +120,8 @@ class GroupHead:
         if not len(x):
             return np.empty((0, len(self.labels)))
         x = np.ascontiguousarray(x, dtype=np.float32)
-        scores = [np.asarray(b.predict(x, raw_score=True, num_threads=1), dtype=np.float64) for b in self.boosters]
+        threads = predict_threads()
+        scores = [np.asarray(b.predict(x, raw_score=True, num_threads=threads), dtype=np.float64) for b in self.boosters]
         return (sum(scores) / len(scores)).reshape(len(x), len(self.labels))
 
     def probabilities(self, x: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
