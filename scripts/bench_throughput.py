@@ -1,15 +1,18 @@
 """Side by side: this checkout against an earlier release, on the same machine in one run.
 
     git worktree add /tmp/release 15d7988
-    OMP_NUM_THREADS=1 python scripts/bench_throughput.py --release /tmp/release --data ../shared/data
+    python scripts/bench_throughput.py --release /tmp/release --data ../shared/data
 
 Each code version builds its own index of the same catalog (the first ``--catalog-rows`` CCKS catalog
-strings) and runs, through its own CLI in a child process:
+strings; 0: all 39,627) and measures two views, printed with the CPU kind:
 
-- a ``normalize`` job of ``--rows`` CCKS queries, all distinct, and of the same number of rows where each
-  of ``rows / 5`` addresses appears 5 times (order files repeat a store's address): rows/s of the job,
-  with the resolver opened before the clock starts;
-- single-query ``resolve`` latency (p50 / p99 over ``--queries`` calls in one process, warm).
+- **as a user runs it** (whole process: start-up, imports and model loading included, the machine's threads):
+  ``mgeo-index normalize`` of ``--rows`` CCKS queries, all distinct, and of the same number of rows where each
+  of ``rows / 5`` addresses appears 5 times (order files repeat a store's address); ``mgeo-index match`` of
+  ``--pairs`` CCKS pairs; a one-shot ``mgeo-index resolve`` of one address;
+- **the engine alone**: the same normalize jobs with the resolver opened before the clock starts (rows/s, split
+  into the two networks' forward passes and the rest), and single-query ``resolve`` latency (p50 / p99 over
+  ``--queries`` calls in one warm process).
 
 Each job's time per row is split into the two networks' batched forward passes (the engine's ``_run``, timed
 from outside) and the rest; ``bounds`` gives the normalize ratios this checkout would reach if its networks took
@@ -34,6 +37,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+from mgeo_index.settings import cpu_kind  # noqa: E402
 
 NORMALIZE = r"""
 import json, sys, time
@@ -86,8 +91,8 @@ print(json.dumps({"p50_ms": 1000 * float(np.percentile(times, 50)), "p99_ms": 10
 # sys.path (so a child started from this checkout imported this checkout's mgeo_index whatever PYTHONPATH said),
 # and this checkout's editable install answers for any module the other code lacks (a release's
 # ``import mgeo_index.normalize`` found this checkout's): the child runs in the code's directory, without the
-# editable install's finder, and checks where mgeo_index came from. Until 2026-12-03 every "release" figure of
-# this script was this checkout measured twice.
+# editable install's finder, and checks where mgeo_index came from (without that, a "release" figure is this
+# checkout measured twice).
 CHECK = """
 import os, sys
 sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", type(f).__name__) != "_EditableFinder"]
@@ -110,6 +115,13 @@ def cli(code: Path, *args: str) -> subprocess.CompletedProcess:
     return child(code, "from mgeo_index.cli import app; sys.argv[0] = 'mgeo-index'; app()", *args)
 
 
+def whole_process(code: Path, *args: str) -> float:
+    """Wall seconds of one ``mgeo-index`` command in a child process, as a user runs it."""
+    started = time.perf_counter()
+    cli(code, *args)
+    return time.perf_counter() - started
+
+
 def write_rows(path: Path, addresses: list[str]) -> None:
     with path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
@@ -128,16 +140,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--release", type=Path, required=True, help="a checkout of the release to compare with")
     parser.add_argument("--data", type=Path, default=HERE.parent / "shared" / "data")
-    parser.add_argument("--catalog-rows", type=int, default=3000)
+    parser.add_argument("--catalog-rows", type=int, default=3000, help="0: the whole CCKS catalog")
     parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--pairs", type=int, default=5000, help="CCKS pairs for the match figure")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     rng = random.Random(0)
     with gzip.open(args.data / "catalog" / "ccks2021_poi_candidates.tsv.gz", "rt", encoding="utf-8") as fh:
-        catalog = [row["text"] for row in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)][: args.catalog_rows]
+        catalog = [row["text"] for row in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    catalog = catalog[: args.catalog_rows] if args.catalog_rows else catalog
     with gzip.open(args.data / "pairs" / "ccks2021_train.tsv.gz", "rt", encoding="utf-8") as fh:
-        queries = list(dict.fromkeys(row["query"] for row in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)))
+        pair_rows = list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    queries = list(dict.fromkeys(row["query"] for row in pair_rows))
     rng.shuffle(queries)
     distinct = queries[: args.rows]
     repeated = [a for a in queries[args.rows : args.rows + args.rows // 5] for _ in range(5)]
@@ -150,12 +165,23 @@ def main() -> None:
         write_rows(catalog_file, catalog)
         write_rows(tmp / "distinct.csv", distinct)
         write_rows(tmp / "repeated.csv", repeated)
+        with (tmp / "pairs.tsv").open("w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh, delimiter="\t").writerows([("a", "b")] + [(r["query"], r["candidate"]) for r in pair_rows[: args.pairs]])
         for name, code in versions.items():
             started = time.perf_counter()
             cli(code, "build", str(catalog_file), "--index-dir", str(tmp / name), "--id-column", "id")
             report[name]["build_s"] = time.perf_counter() - started
-        for _ in range(args.rounds):
+        user: dict[str, dict[str, float]] = {name: {} for name in versions}
+        for round_ in range(args.rounds):
             for name, code in versions.items():
+                runs = {f"normalize {kind} {args.rows} rows": ("normalize", str(tmp / f"{kind}.csv"), "--index-dir",
+                                                               str(tmp / name), "--out", str(tmp / f"{name}-{kind}-{round_}.csv"))
+                        for kind in ("distinct", "repeated")}
+                runs[f"match {args.pairs} pairs"] = ("match", "--file", str(tmp / "pairs.tsv"), "--out",
+                                                     str(tmp / f"{name}-match-{round_}.tsv"))
+                runs["resolve one address"] = ("resolve", queries[-1], "--index-dir", str(tmp / name))
+                for what, command in runs.items():
+                    user[name][what] = min(whole_process(code, *command), user[name].get(what, float("inf")))
                 for kind in ("distinct", "repeated"):
                     job = normalize_run(code, tmp / name, tmp / f"{kind}.csv", tmp / f"{name}-{kind}-out.csv")
                     rate = job["rows"] / job["seconds"]
@@ -182,7 +208,15 @@ def main() -> None:
         / report["this"][f"normalize_{kind}_ms_per_row"]["the rest"]
         for kind in ("distinct", "repeated")
     }
-    print(json.dumps({"versions": {k: str(v) for k, v in versions.items()}, "report": report, "ratios": ratios, "bounds": bounds}, indent=2))
+    as_user = {what: {"release_s": round(user["release"][what], 2), "this_s": round(user["this"][what], 2),
+                      "speed-up": round(user["release"][what] / user["this"][what], 2)} for what in user["this"]}
+    print(json.dumps({"cpu": cpu_kind(), "cores": os.cpu_count(), "catalog_rows": len(catalog),
+                      "versions": {k: str(v) for k, v in versions.items()}, "as_a_user_runs_it": as_user,
+                      "engine": {"report": report, "ratios": ratios, "bounds": bounds}}, indent=2, ensure_ascii=False))
+    print(f"\nas a user runs it, CPU {cpu_kind()}, {os.cpu_count()} cores, catalog {len(catalog):,} entries, "
+          f"best of {args.rounds}:")
+    for what, row in as_user.items():
+        print(f"  {what:32} release {row['release_s']:7.2f} s   this {row['this_s']:7.2f} s   {row['speed-up']:5.2f}x")
 
 
 if __name__ == "__main__":
