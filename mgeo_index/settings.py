@@ -173,12 +173,11 @@ def cpu_kind(flags: frozenset[str] | None = None) -> str:
 #   and 2x FP32 on both towers on an AMX machine (AMX's bf16 GEMM is 3x its int8 one through torch._int_mm);
 # - `int8` by rows (per-channel weights, per-token activation scales, exact int32 sums) where it has VNNI: 2.0x
 #   FP32 on an AVX512-VNNI machine, where bf16 (AVX512-BF16 without AMX) was 1.7x;
-# - `torch` (FP32, the reference) elsewhere: on an AVX2-only CPU (AMD EPYC, 2026-12-03) torch._int_mm has no fast
-#   kernel and bf16 is emulated, so int8 ran at 0.03x FP32 and bf16 at 0.13x (encode 12 and 54 against 446
-#   addresses/s, one thread).
-# (torch.ao's dynamic int8, the default until 2026-11, scaled activations per batch and moved probabilities by
-# ~1e-3; FP32 replaced it on 2026-12-01, int8 by rows it the same day, bf16 on AMX CPUs on 2026-12-02, FP32 again
-# on CPUs without VNNI on 2026-12-03.)
+# - `torch` (FP32, the reference) elsewhere: on an AVX2-only CPU (AMD EPYC) torch._int_mm has no fast kernel and
+#   bf16 is emulated, so int8 ran at 0.03x FP32 and bf16 at 0.13x (encode 12 and 54 against 446 addresses/s, one
+#   thread).
+# (torch.ao's dynamic int8 is not a candidate: it scales activations per batch, so a probability moves by ~1e-3
+# with its batch-mates.)
 def default_cpu_backend(flags: frozenset[str]) -> str:
     """``bf16`` with AMX, ``int8`` with VNNI (AVX512 or AVX), else ``torch`` (see above)."""
     if "amx_bf16" in flags:

@@ -11,7 +11,7 @@
 #   and ignore it for the call (the tree that travels must stay under 64 MB; `git reset -q` afterwards).
 # Run (device tool): command "bash scripts/device_train.sh; OUT=$OUT/check bash scripts/device_check.sh",
 #   carry [".device-data", ".whl"] (.whl from WHEELS="sqlalchemy greenlet rapidfuzz opencc" bash scripts/fetch_device_wheels.sh).
-# Ran on 2026-12-04 (H200): 4.5 minutes with SCALE=0.85; mlm_lr 6e-4 had stalled at the unigram loss (5.71) for
+# On an H200: 4.5 minutes with SCALE=0.85; mlm_lr 6e-4 had stalled at the unigram loss (5.71) for
 #   all of an earlier 3.5-minute pretraining, 2e-4 learns (loss 2.37, masked accuracy 0.546).
 # Afterwards, here: cat $FILES/train/cross-snapshot.safetensors.part* > teacher/cross-snapshot.safetensors, copy
 #   cross-snapshot.json beside it, check its sha256, and evaluate it as teacher/README.md says.

@@ -1,8 +1,8 @@
 """How far a pretrained encoder lifts element tagging: the tagger's CRF over the teacher's transformer.
 
 The shipped tagger (embedding → trigram convolution → BiLSTM 64 → CRF) learns from the 48,335 tagged training
-addresses alone. The teacher (``teacher/cross-snapshot.safetensors``: since 2026-12-04 12 layers × 384 trained on a
-GPU, before that 8 × 384 on the CPU; masked-language pretrained on the shared address text, then fine-tuned on the
+addresses alone. The teacher (``teacher/cross-snapshot.safetensors``: 12 layers × 384 trained on a
+GPU, or an earlier 8 × 384 one trained on the CPU; masked-language pretrained on the shared address text, then fine-tuned on the
 labelled pairs) has read far more address text; here its
 encoder replaces the embedding, convolution and BiLSTM, a linear layer gives the emissions, and the same CRF,
 training loop (:func:`mgeo_index.training.tagger.fit`), split and scoring as ``scripts/train_tagger.py`` follow.

@@ -55,8 +55,42 @@ def test_resolve_reads_stdin_and_file(index_dir, tmp_path):
 def test_resolve_table(index_dir):
     result = run("resolve", "北京海淀东风路127号东方大厦", "--index-dir", index_dir, "--top-k", "2")
     assert result.exit_code == 0, result.output
-    for header in ("rank", "address", "score", "label", "probability"):
+    for header in ("#", "id", "address", "score", "label", "confidence"):
         assert header in result.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_tables_break_no_label_number_or_path(index_dir, tmp_path, monkeypatch, columns):
+    """At 80 and 120 columns only addresses wrap: every label, confidence, score and id is printed whole, and a
+    normalize job's output path is one unbroken line (the terminal wraps it, no newline inside)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = runner.invoke(app, ["resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", str(index_dir), "--explain",
+                                 "--top-k", "3"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+    answers = json.loads(run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "--explain",
+                             "--top-k", "3").stdout)["matches"]
+    for m in answers:
+        for whole in (m["label"], f"{m['probability']:.3f}", f"{m['score']:.3f}", m["source_id"]):
+            assert whole in result.stdout, (whole, result.stdout)
+    assert "confidence" in result.stdout and "✓ agree" in result.stdout
+    rows = tmp_path / ("stores-with-a-long-file-name-" * 3 + ".csv")
+    rows.write_text("id,address\n1,深圳南山中山路75号东方科技园9号楼\n", encoding="utf-8")
+    out = tmp_path / ("normalized-output-with-a-long-name-" * 3 + ".csv")
+    job = runner.invoke(app, ["normalize", str(rows), "--index-dir", str(index_dir), "--out", str(out)],
+                        env={"COLUMNS": str(columns)})
+    assert job.exit_code == 0, job.output
+    assert f"output: {out}" in job.stdout
+
+
+def test_help_usage_names_arguments_and_tags_no_flag():
+    build = run("build", "--help").stdout
+    assert "Usage: mgeo-index build [OPTIONS] CATALOG" in build and "{catalog}" not in build
+    assert "<bool>" not in build and "<path>" in build  # options that take a value keep their type
+    assert "Usage: mgeo-index parse [OPTIONS] [TEXTS]..." in run("parse", "--help").stdout
+    assert "<bool>" not in run("--help").stdout
+    missing = run("build")
+    assert missing.exit_code != 0 and "Missing argument 'CATALOG'" in missing.output
 
 
 def test_resolve_without_an_index_says_how_to_build(tmp_path):

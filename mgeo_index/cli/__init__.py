@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import typer
 
+from mgeo_index.cli.style import Command, Group
 from mgeo_index.cli import (
     adapt_commands, db_commands, eval_commands, index_commands, label_commands, normalize_commands, query_commands,
     review_commands, serve_commands, train_commands,
@@ -25,6 +26,7 @@ __all__ = ["app"]
 
 app = typer.Typer(
     name="mgeo-index",
+    cls=Group,
     help="Chinese address entity resolution: build a catalog index, resolve messy addresses, score pairs.",
     no_args_is_help=True,
     add_completion=False,
@@ -58,21 +60,21 @@ for command in (
     eval_commands.bench, serve_commands.serve, train_commands.train,
     normalize_commands.normalize, normalize_commands.jobs, review_commands.review, adapt_commands.adapt,
 ):
-    app.command()(command)
+    app.command(cls=Command)(command)
 
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-db_app.command("upgrade")(db_commands.db_upgrade)
-db_app.command("downgrade")(db_commands.db_downgrade)
-db_app.command("current")(db_commands.db_current)
+db_app = typer.Typer(cls=Group, help="Database schema (Alembic migrations).", no_args_is_help=True)
+db_app.command("upgrade", cls=Command)(db_commands.db_upgrade)
+db_app.command("downgrade", cls=Command)(db_commands.db_downgrade)
+db_app.command("current", cls=Command)(db_commands.db_current)
 app.add_typer(db_app, name="db")
 
-eval_app = typer.Typer(help="Measure match quality: pair classification, retrieval and the number test set.", no_args_is_help=True)
-eval_app.command("pairs")(eval_commands.eval_pairs)
-eval_app.command("retrieval")(eval_commands.eval_retrieval)
-eval_app.command("numbers")(eval_commands.eval_numbers)
+eval_app = typer.Typer(cls=Group, help="Measure match quality: pair classification, retrieval and the number test set.", no_args_is_help=True)
+eval_app.command("pairs", cls=Command)(eval_commands.eval_pairs)
+eval_app.command("retrieval", cls=Command)(eval_commands.eval_retrieval)
+eval_app.command("numbers", cls=Command)(eval_commands.eval_numbers)
 app.add_typer(eval_app, name="eval")
 
-labels_app = typer.Typer(help="Reviewers' labels as files (a, b, label).", no_args_is_help=True)
-labels_app.command("export")(label_commands.labels_export)
-labels_app.command("import")(label_commands.labels_import)
+labels_app = typer.Typer(cls=Group, help="Reviewers' labels as files (a, b, label).", no_args_is_help=True)
+labels_app.command("export", cls=Command)(label_commands.labels_export)
+labels_app.command("import", cls=Command)(label_commands.labels_import)
 app.add_typer(labels_app, name="labels")

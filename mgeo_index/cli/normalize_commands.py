@@ -13,7 +13,7 @@ from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AddressColumn, Backend, CrossModel, Db, Device, IndexDir, LibraryDefault, Model, Numbers,
     Profile, RawValues,
 )
-from mgeo_index.cli.render import console, err, jobs_table, normalize_table, progress
+from mgeo_index.cli.render import console, err, jobs_table, print_normalize, progress
 
 
 def _default(name: str) -> LibraryDefault:
@@ -83,7 +83,7 @@ def normalize(
     except KeyboardInterrupt:
         err.print("[yellow]Interrupted.[/] Run the same command again to resume from the last checkpoint.")
         raise typer.Exit(130) from None
-    console.print(normalize_table(result))
+    print_normalize(result)
     if result.already_complete:
         err.print(f"Job {result.job_id} had already finished; nothing was recomputed.")
 

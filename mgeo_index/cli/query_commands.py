@@ -1,6 +1,7 @@
 """Asking the models: resolve (against an index), parse (no index), match (address pairs)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -70,17 +71,23 @@ def resolve(
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:
                 err.print(idx.resolver.profile_note, highlight=False)
-            for start in range(0, len(items), batch_size):
-                batch = items[start : start + batch_size]
-                answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain, retrieval=retrieval,
-                                      admin_filter=admin_filter, rerank_depth=rerank_depth, batch_size=batch_size)
-                for query, matches in zip(batch, answers):
-                    query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
-                    matches = [m.to_dict() for m in matches]
-                    if as_json:
-                        print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
-                    else:
-                        console.print(matches_table(query, matches))
+            # a bar for inputs longer than one batch (on stderr, above which the answers print; none off a terminal)
+            with progress() if len(items) > batch_size else contextlib.nullcontext() as bar:
+                task = bar.add_task("Resolving", total=len(items)) if bar is not None else None
+                for start in range(0, len(items), batch_size):
+                    batch = items[start : start + batch_size]
+                    answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain,
+                                          retrieval=retrieval, admin_filter=admin_filter, rerank_depth=rerank_depth,
+                                          batch_size=batch_size)
+                    for query, matches in zip(batch, answers):
+                        query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
+                        matches = [m.to_dict() for m in matches]
+                        if as_json:
+                            print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
+                        else:
+                            console.print(matches_table(query, matches))
+                    if bar is not None:
+                        bar.update(task, advance=len(batch))
         sys.stdout.flush()
 
 

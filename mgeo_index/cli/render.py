@@ -36,6 +36,7 @@ class RateColumn(ProgressColumn):
 
 
 def progress() -> Progress:
+    """A progress bar on stderr; off when stderr is not a terminal (a log file gets no bar)."""
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -44,6 +45,7 @@ def progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=False,
+        disable=not err.is_terminal,
     )
 
 
@@ -146,34 +148,41 @@ def parse_table(result: dict) -> Table:
 
 
 _STATE_MARK = {"agree": "[green]✓[/]", "differ": "[red]✗[/]", "only_a": "[dim]−[/]", "only_b": "[dim]+[/]"}
+EXPLAIN_LEGEND = "elements: ✓ agree  ✗ differ  − query only  + candidate only"
 
 
-def _explain_cell(explain: dict) -> str:
+def _explain_line(explain: dict) -> Text:
     """Compact element comparison: ✓ agree, ✗ differ, − only in the query, + only in the candidate."""
-    return " ".join(f"{_STATE_MARK[e['state']]}{name}" for name, e in explain.items())
+    return Text.from_markup(" ".join(f"{_STATE_MARK[e['state']]}{escape(name)}" for name, e in explain.items()))
 
 
 def matches_table(query: str, matches: list[dict]) -> Table:
+    """A query's matches, best first. Only the address (and under it, with ``--explain``, the element comparison)
+    wraps: ranks, ids, scores, labels and confidences are never broken, so the table reads at 80 columns.
+    ``confidence`` is the probability of the label shown (every class's probability: ``--json``)."""
     table = Table(title=Text(query), title_justify="left")  # Text: brackets in an address are not markup
-    columns = [("rank", "right"), ("id", "right"), ("address", "left"), ("score", "right"), ("label", "left"), ("probability", "right")]
-    if matches and "explain" in matches[0]:
-        columns.append(("elements: ✓ agree ✗ differ − query only + candidate only", "left"))
-    for name, justify in columns:
-        table.add_column(name, justify=justify, overflow="fold")  # addresses are shown whole
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("id", justify="right", overflow="fold")
+    table.add_column("address", overflow="fold", ratio=1)  # addresses are shown whole, wrapped
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("label", no_wrap=True)
+    table.add_column("confidence", justify="right", no_wrap=True)
     colors = {"exact_match": "green", "partial_match": "yellow", "not_match": "red"}
     for rank, m in enumerate(matches, 1):
         label = m.get("label", "")
-        cells = [
+        address = Text(m["address"])
+        if "explain" in m:
+            address.append("\n").append_text(_explain_line(m["explain"]))
+        table.add_row(
             str(rank),
-            Text(str(m["id"]) + (f" ({m['source_id']})" if m.get("source_id") else "")),
-            Text(m["address"]),
+            Text(str(m["source_id"]) if m.get("source_id") else str(m["id"])),
+            address,
             f"{m['score']:.3f}" if m['score'] is not None else "–",
             Text(label, style=colors.get(label, "")),
             f"{m['probability']:.3f}" if "probability" in m else "",
-        ]
-        if "explain" in m:
-            cells.append(_explain_cell(m["explain"]))
-        table.add_row(*cells)
+        )
+    if matches and "explain" in matches[0]:
+        table.caption = EXPLAIN_LEGEND
     return table
 
 
@@ -297,7 +306,9 @@ def print_bench(report: dict) -> None:
 
 
 def normalize_table(result) -> Table:
-    table = Table(title=escape(f"Job {result.job_id} → {result.output}"), show_header=False)
+    """A job's counts; the output path is printed under the table as a plain line (:func:`print_normalize`), so
+    that a narrow terminal wraps it without breaking it."""
+    table = Table(title=escape(f"Job {result.job_id}"), show_header=False)
     rows = [("rows", f"{result.rows:,}")]
     if result.resumed_from:
         rows.append(("resumed at row", f"{result.resumed_from:,}"))
@@ -307,6 +318,11 @@ def normalize_table(result) -> Table:
     for name, value in rows:
         table.add_row(name, escape(str(value)), style="yellow" if name == "rejected" and result.counts["rejected"] else None)
     return table
+
+
+def print_normalize(result) -> None:
+    console.print(normalize_table(result))
+    console.print(Text(f"output: {result.output}"), soft_wrap=True)
 
 
 _JOB_COLORS = {"complete": "green", "running": "cyan", "stale": "yellow", "interrupted": "yellow", "failed": "red"}
