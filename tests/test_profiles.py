@@ -44,6 +44,52 @@ def test_the_accurate_cross_encoder_ships_calibrated_with_every_head_and_the_num
     assert cross.number_policy is not None and cross.number_policy["pairs"] >= 50
 
 
+def test_the_accurate_network_ships_its_linear_weights_in_int8_and_computes_as_the_int8_backend_would():
+    """Stored int8 per output channel (half the bytes): the int8 backend's weights are the stored ones, so on it
+    the network gives what the FP16 file gave; FP32 reads them back multiplied by their scales."""
+    import torch
+    from safetensors import safe_open
+
+    from mgeo_index import quant
+    from mgeo_index.model import bert
+
+    directory = settings.PROFILE_CROSS_MODELS["accurate"]
+    with safe_open(directory / bert.WEIGHTS, framework="pt") as weights:
+        names = list(weights.keys())
+        stored = {name: weights.get_tensor(name) for name in names}
+    int8 = [name for name in names if stored[name].dtype == torch.int8]
+    assert len(int8) == 12 * 6 + 1 and all(name + bert.SCALE_SUFFIX in stored for name in int8)  # + the pooler
+    assert (directory / bert.WEIGHTS).stat().st_size < 30 * 2**20
+    cross = load_cross_encoder(directory)
+    query = cross.model.bert.encoder.layer[0].attention.self.query
+    weight, scale = quant.quantize_weight(query.weight)
+    assert torch.equal(weight.t(), stored["bert.encoder.layer.0.attention.self.query.weight"])
+    torch.testing.assert_close(scale, stored["bert.encoder.layer.0.attention.self.query.weight_scale"])
+
+
+def test_int8_weights_round_trip_through_a_model_directory(tiny_model_dirs, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    from mgeo_index import inference
+    from mgeo_index.model import bert
+
+    shutil.copytree(tiny_model_dirs[1], tmp_path / "cross")
+    dense = bert.read_weights(tmp_path / "cross")
+    save_file(bert.int8_weights(dense), tmp_path / "cross" / bert.WEIGHTS)
+    again = bert.read_weights(tmp_path / "cross")
+    assert set(again) == set(dense)
+    for name, tensor in dense.items():
+        torch.testing.assert_close(again[name], tensor, atol=tensor.abs().max().item() / 100 + 1e-3, rtol=0)
+    plain = load_cross_encoder(tmp_path / "cross")
+    trainable = load_cross_encoder(tmp_path / "cross", trainable=True)  # transformers, weights assigned
+    first, second = ["北京市朝阳区建国路88号"], ["北京朝阳建国路88号"]
+    torch.testing.assert_close(torch.from_numpy(inference.network_logits(plain, first, second)),
+                               torch.from_numpy(inference.network_logits(trainable, first, second)))
+
+
 def test_an_index_built_for_a_profile_answers_with_it_unless_told(sample_index, tmp_path, monkeypatch):
     monkeypatch.delenv("MGEO_INDEX_PROFILE", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

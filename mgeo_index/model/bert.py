@@ -232,28 +232,61 @@ class BertClassifier(Transformer):
         return Output(logits=self.classifier(self.bert.pooler(hidden)))
 
 
-def load(path: str | Path, *, classifier: bool) -> Transformer:
-    """The BERT in ``path`` (:func:`supports` its config), FP32, in evaluation mode; its weights read from the
-    memory-mapped safetensors file."""
+WEIGHTS = "model.safetensors"
+SCALE_SUFFIX = "_scale"  # beside an int8 weight: its per-output-channel scales (float32)
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """A model directory's weights as FP32 tensors by name: FP16 / FP32 as stored, and int8 ones (a Linear weight
+    stored by :func:`int8_weights`, with ``NAME_scale`` beside it) multiplied back by their scales."""
     from safetensors import safe_open
 
+    state = {}
+    with safe_open(Path(path) / WEIGHTS, framework="pt") as weights:
+        names = set(weights.keys())
+        for name in names:
+            if name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in names:
+                continue
+            tensor = weights.get_tensor(name)
+            if tensor.dtype == torch.int8:
+                tensor = tensor.float() * weights.get_tensor(name + SCALE_SUFFIX).float()[:, None]
+            state[name] = tensor.float()
+    return state
+
+
+def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` for storage with its Linear weights (2-d, at least 16 wide both ways, not embeddings) in int8 per
+    output channel, the scheme the ``int8`` backend computes with (:func:`mgeo_index.quant.quantize_weight`): on that
+    backend the network computes as from the FP16 file; half the bytes. Everything else FP16."""
+    from mgeo_index import quant
+
+    out = {}
+    for name, tensor in state.items():
+        if tensor.dim() == 2 and "embeddings" not in name and min(tensor.shape) >= quant.MIN_FEATURES:
+            weight, scale = quant.quantize_weight(tensor)
+            out[name], out[name + SCALE_SUFFIX] = weight.t().contiguous(), scale.float().contiguous()
+        else:
+            out[name] = tensor.detach().half().contiguous()
+    return out
+
+
+def load(path: str | Path, *, classifier: bool) -> Transformer:
+    """The BERT in ``path`` (:func:`supports` its config), FP32, in evaluation mode (:func:`read_weights`)."""
     path = Path(path)
     config = read_config(path)
     # (built on the CPU: initializing on the meta device would import torch._dynamo, 1.2 s; the random weights
     # are dropped when the file's are assigned)
     model = BertClassifier(config) if classifier else Bert(config)
-    expected = model.state_dict()
+    stored = read_weights(path)
     state = {}
-    with safe_open(path / "model.safetensors", framework="pt") as weights:
-        names = set(weights.keys())
-        for name in expected:
-            source = name if name in names else _unprefixed(name, names)
-            if source is None:
-                from mgeo_index.model.manifest import ModelError
+    for name in model.state_dict():
+        source = name if name in stored else _unprefixed(name, set(stored))
+        if source is None:
+            from mgeo_index.model.manifest import ModelError
 
-                what = "sequence-classification model" if classifier else "BERT encoder"
-                raise ModelError(f"{path / 'model.safetensors'} has no weight {name}: it is not a {what}")
-            state[name] = weights.get_tensor(source).float()
+            what = "sequence-classification model" if classifier else "BERT encoder"
+            raise ModelError(f"{path / WEIGHTS} has no weight {name}: it is not a {what}")
+        state[name] = stored[source]
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
@@ -264,14 +297,31 @@ def load_network(path: str | Path, *, classifier: bool, trainable: bool = False)
     other architectures). ``classifier``: the sequence-classification model, else the encoder without pooler."""
     if not trainable and supports(read_config(path)):
         return load(path, classifier=classifier)
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
     from mgeo_index.model.manifest import quiet_transformers
 
     quiet_transformers()
+    if _has_int8(path):  # transformers reads FP16 / FP32 files only: build the model, then assign the weights
+        config = AutoConfig.from_pretrained(path)
+        model = (AutoModelForSequenceClassification.from_config(config, dtype=torch.float32) if classifier
+                 else AutoModel.from_config(config, add_pooling_layer=False, dtype=torch.float32))
+        missing, unexpected = model.load_state_dict(read_weights(path), strict=False)
+        if unexpected or [name for name in missing if not name.endswith("position_ids")]:
+            from mgeo_index.model.manifest import ModelError
+
+            raise ModelError(f"{path / WEIGHTS} does not fit its config.json: missing {missing}, unexpected {unexpected}")
+        return model.float()
     if classifier:
         return AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
     return AutoModel.from_pretrained(path, dtype=torch.float32, add_pooling_layer=False)
+
+
+def _has_int8(path: str | Path) -> bool:
+    from safetensors import safe_open
+
+    with safe_open(Path(path) / WEIGHTS, framework="pt") as weights:
+        return any(name.endswith(SCALE_SUFFIX) for name in weights.keys())
 
 
 def _unprefixed(name: str, names: set[str]) -> str | None:
