@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from mgeo_index import inference
+from mgeo_index import inference, settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
@@ -334,6 +334,16 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
     with pytest.raises(SystemExit):  # --export-from without --export is refused
         main(["--data", str(tiny_data), "--export-from", str(tmp_path / "cross-snapshot.safetensors")])
+    # the shipped accurate network then stores its Linear weights in int8 (docs/models.md)
+    import subprocess
+    import sys
+
+    script = settings.PACKAGE_DIR.parent / "scripts" / "quantize_weights.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path / "exported")], check=True, capture_output=True)
+    quantized = load_cross_encoder(tmp_path / "exported")
+    assert quantized.fingerprint != cross.fingerprint
+    again = inference.score_pairs(quantized, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    assert abs(again - probs).max() < 0.02
 
 
 def test_pretraining_batches_take_turns_and_worker_processes_make_them_too(tiny_data):
