@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import inference
+from mgeo_index.runtime import inference
 from mgeo_index.text import normalize
 
 NAIVE_PAD = 64
@@ -171,7 +171,8 @@ def bench_backends(
     is not installed (``onnx`` without ONNX Runtime) is not timed: its row is ``{"backend": name,
     "skipped": why}``, in its place.
     """
-    from mgeo_index import backends, settings
+    from mgeo_index import settings
+    from mgeo_index.runtime import backends
     from mgeo_index.evaluate import evaluate_pairs
     from mgeo_index.model.bi_encoder import load_bi_encoder
     from mgeo_index.model.cross_encoder import load_cross_encoder

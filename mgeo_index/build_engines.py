@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mgeo_index import ray_pool, settings
-from mgeo_index.parallel import in_threads, side_by_side
+from mgeo_index.runtime.parallel import in_threads, side_by_side
 
 ENGINES = ("local", "ray")
 # Entries per actor in one Ray Data execution (a "window"): a pool lives for one execution and each actor
@@ -51,7 +51,7 @@ class BuildEngine:
 
     def prepare(self, bi, backend: str | None) -> None:
         """Make the driver's loaded model ready for this engine (the local one embeds with it)."""
-        from mgeo_index import backends
+        from mgeo_index.runtime import backends
 
         bi.to(self.device)
         backends.ensure(bi, backend, device=self.device)
@@ -68,7 +68,7 @@ class BuildEngine:
 
     def encode(self, batches: Batches, bi, on_batch: OnBatch | None = None) -> Iterator[tuple[list[dict], np.ndarray]]:
         """``(batch, float32 vectors of its entries' normalized texts)`` for each batch, in order."""
-        from mgeo_index import inference
+        from mgeo_index.runtime import inference
 
         inner = on_batch if self.threads == 1 else None  # one chunk at a time: progress by the encoder's own batches
         for batch, vectors in in_threads(
@@ -105,7 +105,7 @@ class RayEngine(BuildEngine):
     def prepare(self, bi, backend: str | None) -> None:
         """The driver never runs the model: only check that actors can load it (from its directory) and name
         the backend they apply (torch on GPUs; else the one given, the model's own, or the default)."""
-        from mgeo_index import backends
+        from mgeo_index.runtime import backends
 
         if not bi.path:
             raise ValueError("the Ray engine's actors load the bi-encoder from its directory: give a saved model "
@@ -182,14 +182,14 @@ class EncodeBatch:
     batch of texts per call, its float32 vectors returned as bytes."""
 
     def __init__(self, model: str, device: str, backend: str) -> None:
-        from mgeo_index import backends
+        from mgeo_index.runtime import backends
         from mgeo_index.model.bi_encoder import load_bi_encoder
 
         self.device = device
         self.bi = backends.apply(load_bi_encoder(model).to(device), backend, device=device)
 
     def __call__(self, batch: dict) -> dict:
-        from mgeo_index import inference
+        from mgeo_index.runtime import inference
 
         vectors = [
             np.ascontiguousarray(inference.encode(self.bi, [str(t) for t in texts], device=self.device), dtype=np.float32).tobytes()

@@ -4,7 +4,7 @@ Every index made here is an ``IndexIDMap2`` around the structure named by a FAIS
 factory string, so the ids FAISS returns are our own entry ids (any int64, not
 necessarily contiguous) and the stored ids can be listed again (:func:`index_ids`).
 
-Vectors are expected L2-normalized (see :mod:`mgeo_index.kernels`) and the default
+Vectors are expected L2-normalized (see :mod:`mgeo_index.runtime.kernels`) and the default
 metric is inner product, so scores are cosine similarities.
 
 Typical use::

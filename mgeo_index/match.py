@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import features, files, inference
+from mgeo_index import features, files
+from mgeo_index.runtime import inference
 from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import group_head
 from mgeo_index.model import numbers as number_policy

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import inference, features, generations, kernels, settings, sparse as sparse_index, store, vector_store
+from mgeo_index import features, generations, settings, sparse as sparse_index, store, vector_store
+from mgeo_index.runtime import inference, kernels
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder

@@ -169,7 +169,7 @@ def cpu_kind(flags: frozenset[str] | None = None) -> str:
 # The CPU backend used when neither --backend nor MGEO_INDEX_BACKEND says, by what the CPU has. Every candidate
 # gives results that do not depend on what else is in a batch (a probability moves by < 1e-6 with its batch-mates
 # and --top-k), and the CCKS dev macro-F1 of FP32 (`mgeo-index bench --backends torch,bf16,int8`, README):
-# - `bf16` (bfloat16 Linear layers in fixed tiles, mgeo_index.quant) where the CPU has AMX: 1.6x int8 by rows
+# - `bf16` (bfloat16 Linear layers in fixed tiles, mgeo_index.runtime.quant) where the CPU has AMX: 1.6x int8 by rows
 #   and 2x FP32 on both towers on an AMX machine (AMX's bf16 GEMM is 3x its int8 one through torch._int_mm);
 # - `int8` by rows (per-channel weights, per-token activation scales, exact int32 sums) where it has VNNI: 2.0x
 #   FP32 on an AVX512-VNNI machine, where bf16 (AVX512-BF16 without AMX) was 1.7x;
@@ -186,7 +186,7 @@ def default_cpu_backend(flags: frozenset[str]) -> str:
 
 
 DEFAULT_CPU_BACKEND = default_cpu_backend(cpu_flags())
-# Every inference backend (mgeo_index.backends implements them); here so that naming them imports no torch.
+# Every inference backend (mgeo_index.runtime.backends implements them); here so that naming them imports no torch.
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx")
 
 

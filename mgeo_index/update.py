@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import backends, generations, settings, store
+from mgeo_index import generations, settings, store
+from mgeo_index.runtime import backends
 from mgeo_index.build import BuildResult, Progress, build
 from mgeo_index.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder

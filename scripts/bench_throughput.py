@@ -48,9 +48,12 @@ except ImportError:  # releases before the normalize package
     from mgeo_index.jobs import normalize_file
 from mgeo_index.resolver import open_resolver
 try:
-    from mgeo_index import inference as engine
-except ImportError:  # releases before inference.py
-    from mgeo_index import engine
+    from mgeo_index.runtime import inference as engine
+except ImportError:
+    try:  # releases before the runtime package
+        from mgeo_index import inference as engine
+    except ImportError:  # releases before inference.py
+        from mgeo_index import engine
 index_dir, rows, out = sys.argv[1:4]
 resolver = open_resolver(index_dir, device="cpu")  # loaded before the clock starts, as a server would have it
 resolver.resolve(["北京朝阳建国路88号"])

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import inference
+from mgeo_index.runtime import inference
 from mgeo_index.metrics import classification_report
 from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import inference, resolver as resolving
+from mgeo_index import resolver as resolving
+from mgeo_index.runtime import inference
 from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads
 from mgeo_index.model.group_head import stacked_probabilities

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from mgeo_index import settings
 from mgeo_index.features import pair_features_batch
-from mgeo_index.inference import _autocast
+from mgeo_index.runtime.inference import _autocast
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.splits import split_of
@@ -108,7 +108,7 @@ def unlabelled_pairs(n: int) -> list[tuple]:
     against their nearest other entry (the shipped bi-encoder, exact search): (a, b, -1, 1.0) rows."""
     import faiss
 
-    from mgeo_index import inference
+    from mgeo_index.runtime import inference
     from mgeo_index.model.bi_encoder import load_bi_encoder
     from mgeo_index.settings import DEFAULT_BI_MODEL
 

@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 TRITON_INTERPRET must be set before any ``@triton.jit`` function is defined (i.e. before
-``mgeo_index.kernels`` is imported anywhere), so it is set here, first: the Triton kernels then run
+``mgeo_index.runtime.kernels`` is imported anywhere), so it is set here, first: the Triton kernels then run
 on the CPU through the interpreter and are exercised by every test that encodes or scores.
 """
 import os

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mgeo_index import attention, inference, settings
+from mgeo_index import settings
+from mgeo_index.runtime import attention, inference
 from mgeo_index.model.loading import load_bi, load_cross
 
 

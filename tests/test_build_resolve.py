@@ -231,7 +231,7 @@ def test_admin_filter_drops_candidates_in_another_city(built):
 
 
 def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkeypatch):
-    from mgeo_index import inference as engine_mod
+    from mgeo_index.runtime import inference as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)
@@ -264,7 +264,7 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
 
 
 def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, monkeypatch):
-    from mgeo_index import inference as engine_mod
+    from mgeo_index.runtime import inference as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)
@@ -344,7 +344,7 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
 def test_in_threads_keeps_order_reads_ahead_at_most_its_width_and_raises_the_first_error():
     import threading
 
-    from mgeo_index.parallel import in_threads
+    from mgeo_index.runtime.parallel import in_threads
 
     read = []
 

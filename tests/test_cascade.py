@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from mgeo_index import inference, settings
+from mgeo_index import settings
+from mgeo_index.runtime import inference
 from mgeo_index.features import pair_features_batch
 from mgeo_index.model.cross_encoder import load_cross_encoder
 

@@ -6,7 +6,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from mgeo_index import backends, bench
+from mgeo_index import bench
+from mgeo_index.runtime import backends
 from mgeo_index.cli import app
 
 runner = CliRunner()

@@ -5,7 +5,8 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU paths run in scripts/device_check.sh")
 
-from mgeo_index import inference, kernels, settings  # noqa: E402
+from mgeo_index import settings  # noqa: E402
+from mgeo_index.runtime import inference, kernels
 from mgeo_index.model.bi_encoder import load_bi_encoder  # noqa: E402
 from mgeo_index.model.cross_encoder import load_cross_encoder  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 ``@triton.jit`` decides *when the decorator runs* whether a kernel is compiled for a
 GPU or executed by the interpreter, so ``TRITON_INTERPRET=1`` has to be in the
-environment before ``mgeo_index.kernels`` is imported (defining the kernels). Without
+environment before ``mgeo_index.runtime.kernels`` is imported (defining the kernels). Without
 it, launching on this GPU-less machine fails with "0 active drivers".
 
 The same holds for triton's own ``@jit`` helpers (``tl.max``, ``tl.sum``), so the
@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import mgeo_index.kernels as K  # noqa: E402
+import mgeo_index.runtime.kernels as K  # noqa: E402
 
 
 def _restore_interpret_env() -> None:

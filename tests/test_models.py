@@ -5,7 +5,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from mgeo_index import inference, settings
+from mgeo_index import settings
+from mgeo_index.runtime import inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.manifest import MANIFEST, ModelError, fingerprint
@@ -179,7 +180,7 @@ PAIRS = [("北京市朝阳区建国路88号", "北京朝阳建国路88号"), ("�
 def test_plain_modules_give_the_transformers_bits(profile, backend):
     """The shipped networks as plain torch modules (what inference runs) compute the same bits as the
     ``transformers`` models they were trained as, alone and in batches, long pairs cut the same way."""
-    from mgeo_index import backends
+    from mgeo_index.runtime import backends
 
     first, second = [a for a, _ in PAIRS], [b for _, b in PAIRS]
     plain = backends.apply(load_cross_encoder(settings.cross_model_path(None, profile)), backend)

@@ -50,7 +50,7 @@ def test_the_accurate_network_ships_its_linear_weights_in_int8_and_computes_as_t
     import torch
     from safetensors import safe_open
 
-    from mgeo_index import quant
+    from mgeo_index.runtime import quant
     from mgeo_index.model import bert
 
     directory = settings.PROFILE_CROSS_MODELS["accurate"]
@@ -73,7 +73,7 @@ def test_int8_weights_round_trip_through_a_model_directory(tiny_model_dirs, tmp_
     import torch
     from safetensors.torch import save_file
 
-    from mgeo_index import inference
+    from mgeo_index.runtime import inference
     from mgeo_index.model import bert
 
     shutil.copytree(tiny_model_dirs[1], tmp_path / "cross")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mgeo_index import quant
+from mgeo_index.runtime import quant
 
 
 def _linear(n_in: int, n_out: int, seed: int = 0) -> torch.nn.Linear:

@@ -6,7 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from mgeo_index import inference, settings
+from mgeo_index import settings
+from mgeo_index.runtime import inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS

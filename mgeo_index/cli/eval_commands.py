@@ -167,7 +167,8 @@ def bench(
 
     Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index --pairs ../shared/data/pairs/ccks2021_train.tsv.gz --build-rows 50000,200000
     """
-    from mgeo_index import backends, bench as bench_mod
+    from mgeo_index import bench as bench_mod
+    from mgeo_index.runtime import backends
 
     names = [b.strip() for b in backend_list.split(",") if b.strip()]
     sizes = [int(n) for n in build_rows.replace("_", "").split(",") if n.strip()]

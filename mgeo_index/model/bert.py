@@ -3,17 +3,17 @@
 Reads a Hugging Face BERT directory as it is saved (``config.json``, ``model.safetensors`` with the same
 parameter names) and computes what ``transformers``' ``BertModel`` / ``BertForSequenceClassification`` compute
 in evaluation mode, operation for operation (embeddings summed in the same order, post-LayerNorm residuals,
-erf GELU, tanh pooler), so a CPU run gives the same bits as theirs with :mod:`mgeo_index.attention`.
+erf GELU, tanh pooler), so a CPU run gives the same bits as theirs with :mod:`mgeo_index.runtime.attention`.
 Importing ``transformers`` costs about 4 s of a one-shot ``resolve``; torch alone is what these need.
 
-Attention is :func:`mgeo_index.attention.attention` (the same bits whatever the batch's padded width) unless
-:func:`use_fused` switches a model to PyTorch's fused kernel (CUDA: FP16 flash / memory-efficient attention).
+Attention is :func:`mgeo_index.runtime.attention.attention` (the same bits whatever the batch's padded width)
+unless :func:`mgeo_index.runtime.attention.use_fused` switches a model to PyTorch's fused kernel (CUDA: FP16
+flash / memory-efficient attention).
 Training, and checkpoints of other architectures, use ``transformers`` (:func:`supports` says which load here).
 """
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mgeo_index import attention
+from mgeo_index.runtime import attention
 
 _ACTIVATIONS = {"gelu": F.gelu}
 DTYPES = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -256,9 +256,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``state`` for storage with its Linear weights (2-d, at least 16 wide both ways, not embeddings) in int8 per
-    output channel, the scheme the ``int8`` backend computes with (:func:`mgeo_index.quant.quantize_weight`): on that
+    output channel, the scheme the ``int8`` backend computes with (:func:`mgeo_index.runtime.quant.quantize_weight`): on that
     backend the network computes as from the FP16 file; half the bytes. Everything else FP16."""
-    from mgeo_index import quant
+    from mgeo_index.runtime import quant
 
     out = {}
     for name, tensor in state.items():
@@ -330,19 +330,3 @@ def _unprefixed(name: str, names: set[str]) -> str | None:
         if candidate in names:
             return candidate
     return None
-
-
-def use_fused(model: nn.Module, fused: bool = True) -> nn.Module:
-    """Attend with PyTorch's fused ``scaled_dot_product_attention`` (``fused``) or :mod:`mgeo_index.attention`."""
-    for part in model.modules():
-        if isinstance(part, SelfAttention):
-            part.fused = fused
-    return model
-
-
-def is_transformer(module: nn.Module) -> bool:
-    """A transformer network: one of these, or a ``transformers`` model (asked only if that was imported)."""
-    if isinstance(module, Transformer):
-        return True
-    hf = sys.modules.get("transformers")
-    return hf is not None and isinstance(module, hf.PreTrainedModel)

@@ -136,7 +136,7 @@ class CrossEncoder(torch.nn.Module):
         """(calibrated feature-only probabilities (B, 3), whether each pair is decided without the network).
 
         Per pair, from its features alone: the same answer whatever it is batched with."""
-        from mgeo_index import kernels
+        from mgeo_index.runtime import kernels
 
         with torch.inference_mode():
             logits = self.gate["beta"] * self.feature_head(features) + torch.tensor(self.gate["bias"], dtype=torch.float32)

@@ -173,7 +173,7 @@ def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, fe
                  device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities (n, 3) in ``cross.labels`` order, decided label indices) of pairs listed run by run (a
     run: consecutive pairs with the same query), by ``cross``'s group head."""
-    from mgeo_index import inference
+    from mgeo_index.runtime import inference
     from mgeo_index.features import pair_features_batch
 
     head: GroupHead = cross.group_head

@@ -38,7 +38,7 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
             apply_backend: bool = True):
     """The bi-encoder in ``model`` (default: ``settings.bi_model_path``) on ``device``, with ``backend``
     applied (``--backend`` > ``MGEO_INDEX_BACKEND`` > the device's default)."""
-    from mgeo_index import backends
+    from mgeo_index.runtime import backends
     from mgeo_index.model.bi_encoder import load_bi_encoder
 
     device = settings.device(device)
@@ -50,7 +50,7 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
                profile: str | None = None):
     """The cross-encoder in ``cross_model`` (default: ``settings.cross_model_path``: the bundled one of
     ``profile``), as :func:`load_bi`."""
-    from mgeo_index import backends
+    from mgeo_index.runtime import backends
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     device = settings.device(device)
@@ -130,6 +130,6 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
                 f"{path} is model {cross.fingerprint}, but `mgeo-index adapt` recorded version {version['id']} as "
                 f"{version['fingerprint']}: the directory was changed since. Restore it, or go back to the previous "
                 f"version with `mgeo-index adapt --rollback --index-dir {index_dir}`")
-    from mgeo_index import backends
+    from mgeo_index.runtime import backends
 
     return backends.apply(bi, backend, device=device), cross

@@ -51,7 +51,7 @@ def normalize_file(
     if engine not in ENGINES:
         raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
     if backend is not None:
-        from mgeo_index.backends import check  # not at import time: it loads torch
+        from mgeo_index.runtime.backends import check  # not at import time: it loads torch
 
         check(backend)
     chosen = make_engine(engine, device=device, backend=backend, resolver=resolver, ray_address=ray_address,

@@ -138,7 +138,7 @@ def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k
     """Queue items for (row, query) pairs: the ``top_k`` explained candidates of each query, its margin
     (over the candidates' probabilities in ranked order) and the network / feature-head disagreement on
     its best candidate."""
-    from mgeo_index.inference import component_probabilities
+    from mgeo_index.runtime.inference import component_probabilities
 
     version = model_version(index)
     resolver = index.resolver

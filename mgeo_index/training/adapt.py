@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mgeo_index import kernels, settings
+from mgeo_index import settings
+from mgeo_index.runtime import kernels
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, save_head
 from mgeo_index.model.group_head import GROUP_HEAD
@@ -85,7 +86,7 @@ class Replay:
 def network_logits(cross: CrossEncoder, a: list[str], b: list[str], features: np.ndarray | None = None) -> np.ndarray:
     """The network's logits for normalized pairs, up to a per-row constant (``T · log p`` of its
     temperature-scaled probabilities): the stack's softmax does not see the constant."""
-    from mgeo_index.inference import component_probabilities
+    from mgeo_index.runtime.inference import component_probabilities
 
     if not a:
         return np.empty((0, len(LABELS)), dtype=np.float32)
@@ -208,7 +209,7 @@ def holdout_split(queries: list[str], *, seed: int = 0, share: float = HOLDOUT) 
 
 
 def probabilities(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray) -> np.ndarray:
-    """What :func:`mgeo_index.inference.score_pairs` gives for these pairs, from their numbers: the stack,
+    """What :func:`mgeo_index.runtime.inference.score_pairs` gives for these pairs, from their numbers: the stack,
     and the cascade's feature-only probabilities where its gate decides."""
     x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
     combined = cross.stack["alpha"] * torch.from_numpy(np.asarray(logits, dtype=np.float32)) + cross.feature_logits(x)

@@ -41,7 +41,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mgeo_index import inference, settings
+from mgeo_index import settings
+from mgeo_index.runtime import inference
 from mgeo_index.evaluate import evaluate_dense_retrieval
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mgeo_index import inference
+from mgeo_index.runtime import inference
 from mgeo_index.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import inference
+from mgeo_index.runtime import inference
 from mgeo_index.features import pair_features_batch
 from mgeo_index.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder

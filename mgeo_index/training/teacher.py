@@ -98,7 +98,7 @@ def _device(cfg: TeacherConfig) -> str:
 
 
 def _autocast(cfg: TeacherConfig):
-    from mgeo_index.inference import _autocast as autocast
+    from mgeo_index.runtime.inference import _autocast as autocast
 
     return autocast(_device(cfg), resolve_precision(cfg.precision))
 
@@ -504,7 +504,7 @@ class _Backpropagated:
 
 
 def calib_loss(model, tokenizer, examples, weights: torch.Tensor, max_length: int, device: str = "cpu") -> float:
-    from mgeo_index import inference
+    from mgeo_index.runtime import inference
 
     model.eval()
     cross = CrossEncoder(model, tokenizer, max_length=max_length)
@@ -543,7 +543,7 @@ def architecture_of(state: dict) -> dict:
 def stage_export(cfg: TeacherConfig, cross: CrossEncoder | Path, target: Path) -> dict:
     """FP16 copy of the teacher (a loaded network, or the folder of one) with its temperature and decision offsets
     (network alone) in ``target``."""
-    from mgeo_index import inference
+    from mgeo_index.runtime import inference
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     if not isinstance(cross, CrossEncoder):

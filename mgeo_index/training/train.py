@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
-from mgeo_index import inference
+from mgeo_index.runtime import inference
 from mgeo_index.evaluate import evaluate_dense_retrieval, evaluate_pairs as evaluate_labeled_pairs
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder

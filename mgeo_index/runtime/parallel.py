@@ -3,7 +3,7 @@
 On this project's CPUs the tagger's and the encoders' matrices are small (a few hundred rows of 128–1,024
 columns): a second intra-op thread gains 1.1–1.4×, while two batches at once, each on one thread, keep both
 cores busy (torch's kernels release the GIL). Results are those of one batch at a time, since parsing is FP32
-and the CPU backends are batch-independent (:mod:`mgeo_index.attention`, :mod:`mgeo_index.quant`).
+and the CPU backends are batch-independent (:mod:`mgeo_index.runtime.attention`, :mod:`mgeo_index.runtime.quant`).
 """
 from __future__ import annotations
 

@@ -1,20 +1,20 @@
 """CPU inference backends: how a loaded model's forward pass is run.
 
 One model object (tokenizer, labels, feature head, fingerprint) keeps its attributes; a backend only
-sets ``model.runner``, the callable :mod:`mgeo_index.inference` calls with each batch's tensors (every CPU
+sets ``model.runner``, the callable :mod:`mgeo_index.runtime.inference` calls with each batch's tensors (every CPU
 backend computes in its own precision inside the runner; none asks the engine for autocast):
 
 - ``torch``: the module itself, FP32 (the reference);
 - ``bf16``: the transformer's Linear layers in bfloat16, computed in fixed tiles of rows so that batch-mates
-  change nothing (:mod:`mgeo_index.quant`); attention, LayerNorm and the residual stream stay FP32
+  change nothing (:mod:`mgeo_index.runtime.quant`); attention, LayerNorm and the residual stream stay FP32
   (AMX CPUs: 1.6x int8 by rows, 2x FP32; the CPU default where the CPU has AMX);
 - ``compile``: ``torch.compile(dynamic=True)`` (Inductor; compiles on the first batches);
 - ``int8``: the Linear layers in int8 with per-channel weight and per-row activation scales, summed
-  exactly in int32 (:mod:`mgeo_index.quant`), so batch-mates change nothing;
+  exactly in int32 (:mod:`mgeo_index.runtime.quant`), so batch-mates change nothing;
 - ``onnx``: ONNX Runtime on a graph exported with dynamic batch and sequence axes, cached in
   :func:`mgeo_index.settings.cache_dir` under the model's fingerprint so it is exported once.
 
-Every CPU backend but ``onnx`` runs the transformer with :mod:`mgeo_index.attention` (keys padded to a fixed
+Every CPU backend but ``onnx`` runs the transformer with :mod:`mgeo_index.runtime.attention` (keys padded to a fixed
 block), so an item's outputs are the same bits alone or in any batch. On CUDA only ``torch`` applies (the
 engine's FP16 path, fused attention). The CPU default is ``settings.backend()``.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import attention, files, settings
-from mgeo_index.model import bert
+from mgeo_index import files, settings
+from mgeo_index.runtime import attention
 
 BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
@@ -77,7 +77,7 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     if not str(device).startswith("cuda") and name != "onnx":
         attention.use(model)  # the same bits whatever the batch's padded width (before any copy below)
     else:
-        bert.use_fused(model)  # CUDA (FP16 flash attention) and the ONNX graph: PyTorch's fused attention
+        attention.use_fused(model)  # CUDA (FP16 flash attention) and the ONNX graph: PyTorch's fused attention
     runner = None
     if name == "compile":
         runner = torch.compile(model, dynamic=True)
@@ -101,20 +101,20 @@ def ensure(model: torch.nn.Module, name: str | None = None, *, device: str = "cp
 
 
 def _quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.quant.quantized_copy`)."""
-    from mgeo_index import quant
+    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.runtime.quant.quantized_copy`)."""
+    from mgeo_index.runtime import quant
 
     model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
     return quant.quantized_copy(model).eval()
 
 
 def _bf16(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.quant.bf16_copy`);
+    """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.runtime.quant.bf16_copy`);
     what follows the transformer (a projection) stays FP32."""
-    from mgeo_index import quant
+    from mgeo_index.runtime import quant
 
     model.__dict__.pop("runner", None)
-    return quant.bf16_copy(model, [part for part in model.children() if bert.is_transformer(part)]).eval()
+    return quant.bf16_copy(model, [part for part in model.children() if attention.is_transformer(part)]).eval()
 
 
 def onnx_path(model) -> Path:

@@ -21,7 +21,7 @@ Backend selection (``backend=``):
   ``RuntimeError`` (no way to launch for this tensor) with an explanation.
 * ``"torch"``  -- force the torch reference implementation.
 
-The Triton kernels live in :mod:`mgeo_index.triton_kernels`, imported (guarded: this
+The Triton kernels live in :mod:`mgeo_index.runtime.triton_kernels`, imported (guarded: this
 module works where triton is missing) only when a launch may happen. ``@triton.jit``
 decides at *definition* time whether a kernel runs on the interpreter, so
 ``TRITON_INTERPRET=1`` must be in the environment before triton is first imported for
@@ -80,8 +80,8 @@ def _interpret_env() -> bool:
 
 
 def _triton():
-    """:mod:`mgeo_index.triton_kernels`, imported on first need (see its docstring)."""
-    from mgeo_index import triton_kernels
+    """:mod:`mgeo_index.runtime.triton_kernels`, imported on first need (see its docstring)."""
+    from mgeo_index.runtime import triton_kernels
 
     return triton_kernels
 

@@ -17,7 +17,7 @@ its FP32 sums, by the GEMM's shape: the 1,024 → 256 layer gave other bits for 
 and more, so a row's result moved with its batch-mates (1e-3 on a probability under plain bf16 autocast).
 Every call here has the same shape, whatever the batch, so a row gets the same bits in any batch. Outputs stay
 bfloat16 (the GELU runs on them; adding the FP32 residual brings them back to FP32, so the residual stream and
-LayerNorm stay FP32); attention converts them to FP32 (:mod:`mgeo_index.attention`: bf16 batched matmuls have
+LayerNorm stay FP32); attention converts them to FP32 (:mod:`mgeo_index.runtime.attention`: bf16 batched matmuls have
 the same shape dependence), and layers narrower than ``MIN_FEATURES`` (the 3-label classifier) take FP32.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from mgeo_index import kernels
+from mgeo_index.runtime import kernels
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Tokens per batch (padded size). On the CPU smaller batches stay in cache: with int8 on one thread, 4,096

@@ -2,7 +2,7 @@
 
 PyTorch's fused CPU attention (``scaled_dot_product_attention``) blocks its reductions over the keys by the
 batch's padded width, so a sequence's hidden states move in their last bits with the lengths of its batch-mates
-(FP32: up to 2.4e-7 on a probability). Int8 by rows (:mod:`mgeo_index.quant`) then rounds an activation the
+(FP32: up to 2.4e-7 on a probability). Int8 by rows (:mod:`mgeo_index.runtime.quant`) then rounds an activation the
 other way now and then, and the move grows: scoring 1,500 CCKS dev pairs in one call and again in two halves
 moved 1.6% of the network's probabilities by more than 1e-6, up to 3.9e-3 (vectors: 2.7% of addresses, up to
 6.8e-4). Here the keys are padded to the next multiple of ``KEY_BLOCK`` (masked, so their weights are exactly 0)
@@ -10,10 +10,12 @@ and attention is the plain matmul → softmax → matmul, whose reductions then 
 places whatever the batch's width: the same bits alone or in any batch (``tests/test_attention.py``), at about
 the fused kernel's speed at address lengths.
 
-:mod:`mgeo_index.model.bert`'s plain modules attend with it; :func:`use` switches a ``transformers`` model to it; :func:`mgeo_index.backends.apply` does so for every CPU
+:mod:`mgeo_index.model.bert`'s plain modules attend with it; :func:`use` switches a ``transformers`` model to it; :func:`mgeo_index.runtime.backends.apply` does so for every CPU
 backend that runs the module itself (``torch``, ``bf16``, ``compile``, ``int8``).
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -56,12 +58,27 @@ def _register() -> None:
 def use(model: torch.nn.Module) -> torch.nn.Module:
     """Make the transformer inside ``model`` attend with :func:`attention`: the plain modules of
     :mod:`mgeo_index.model.bert` (their own default), or a ``transformers`` model (its outermost one)."""
-    from mgeo_index.model import bert
-
-    bert.use_fused(model, False)
+    use_fused(model, False)
+    hf = sys.modules.get("transformers")  # a transformers model exists only where transformers was imported
     for part in model.modules():
-        if bert.is_transformer(part) and not isinstance(part, bert.Transformer):
+        if hf is not None and isinstance(part, hf.PreTrainedModel):
             _register()
             part.set_attn_implementation(NAME)
             break
     return model
+
+
+def use_fused(model: torch.nn.Module, fused: bool = True) -> torch.nn.Module:
+    """Attend with PyTorch's fused ``scaled_dot_product_attention`` (``fused``: CUDA's FP16 kernels, the ONNX graph)
+    or with :func:`attention`, in every attention layer of :mod:`mgeo_index.model.bert` inside ``model`` (those with
+    a ``fused`` switch)."""
+    for part in model.modules():
+        if hasattr(part, "fused"):
+            part.fused = fused
+    return model
+
+
+def is_transformer(module: torch.nn.Module) -> bool:
+    """A transformer network: a model that has a config and saves in the Hugging Face layout (the plain BERTs of
+    :mod:`mgeo_index.model.bert` and ``transformers`` models alike)."""
+    return hasattr(module, "config") and callable(getattr(module, "save_pretrained", None))

@@ -1,4 +1,4 @@
-"""The Triton kernels behind :mod:`mgeo_index.kernels` (which imports this module only when a launch may
+"""The Triton kernels behind :mod:`mgeo_index.runtime.kernels` (which imports this module only when a launch may
 happen: a CUDA tensor, or ``TRITON_INTERPRET=1`` for the CPU interpreter; importing triton costs about 90 MB
 and 0.1 s that a CPU run never needs).
 
