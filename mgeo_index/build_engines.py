@@ -215,22 +215,3 @@ def make_build_engine(name: str = "local", *, device: str | None = None, backend
         return RayEngine(device=device, backend=backend, address=ray_address, workers=workers,
                          gpus_per_worker=gpus_per_worker)
     raise ValueError(f"--engine must be local or ray, not {name!r}")
-
-
-def catalog_state(index_dir, catalog: str = settings.DEFAULT_CATALOG) -> tuple[dict, dict, dict[int, np.ndarray]]:
-    """(entries by id, parsed elements by id, vectors by id) of a built catalog: what two engines' builds of the
-    same file must agree on (``scripts/bench_build_ray.py``, the Ray build tests)."""
-    from pathlib import Path
-
-    from mgeo_index import generations, index as faiss_index, store
-
-    index_dir = Path(index_dir)
-    engine = store.connect(settings.database_url(index_dir))
-    try:
-        ids = store.entry_ids(engine, store.catalog_id(engine, catalog)).tolist()
-        entries = store.get_entries(engine, ids)
-        elements = {i: (e["elements"], e["admin"], e["parser"]) for i, e in store.get_elements(engine, ids).items()}
-    finally:
-        engine.dispose()
-    index = faiss_index.load(index_dir / generations.read_descriptor(index_dir)["index_file"])
-    return entries, elements, {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}

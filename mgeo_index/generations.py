@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import files, index as faiss_index, sparse as sparse_index, store, vector_store
+from mgeo_index import files, index as faiss_index, settings, sparse as sparse_index, store, vector_store
 from mgeo_index.crashpoints import crashpoint
 
 DESCRIPTOR = "index.json"
@@ -616,3 +616,18 @@ def realign(engine, index_dir: Path, catalog_id: int) -> None:
     if location is not None:
         with vector_store.session(location) as client:
             vector_store.point_alias(client, _catalog_name(engine, catalog_id), current["index_file"])
+
+
+def catalog_state(index_dir, catalog: str | None = None) -> tuple[dict, dict, dict[int, np.ndarray]]:
+    """(entries by id, parsed elements by id, vectors by id) of a built catalog: what two engines' builds of the
+    same file must agree on (``scripts/bench_build_ray.py``, the Ray build tests)."""
+    index_dir = Path(index_dir)
+    engine = store.connect(settings.database_url(index_dir))
+    try:
+        ids = store.entry_ids(engine, store.catalog_id(engine, catalog or settings.DEFAULT_CATALOG)).tolist()
+        entries = store.get_entries(engine, ids)
+        elements = {i: (e["elements"], e["admin"], e["parser"]) for i, e in store.get_elements(engine, ids).items()}
+    finally:
+        engine.dispose()
+    index = faiss_index.load(index_dir / read_descriptor(index_dir)["index_file"])
+    return entries, elements, {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}

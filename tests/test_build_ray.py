@@ -28,7 +28,7 @@ pytest.importorskip("ray.data", reason="ray[data] is not installed: the Ray buil
 
 from mgeo_index import ray_pool, settings, store  # noqa: E402
 from mgeo_index.build import build  # noqa: E402
-from mgeo_index.build_engines import catalog_state  # noqa: E402
+from mgeo_index.generations import catalog_state  # noqa: E402
 from mgeo_index.cli import app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
 from mgeo_index.update import add, check  # noqa: E402

@@ -325,7 +325,8 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
     each) stores the same entries and elements and the same vector bits as on one."""
     import torch
 
-    from mgeo_index.build_engines import BuildEngine, catalog_state
+    from mgeo_index.build_engines import BuildEngine
+    from mgeo_index.generations import catalog_state
 
     threads = torch.get_num_threads()
     states = []
