@@ -18,7 +18,8 @@ from pathlib import Path
 
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.training import data
-from mgeo_index.training.calibrate import recalibrate, refit_number_policy
+from mgeo_index.training.calibrate import refit_number_policy
+from mgeo_index.training.recalibrate import recalibrate
 from mgeo_index.training.group import cross_validate, group_head_pairs
 from mgeo_index.training.train import evaluate_pairs
 

@@ -1,8 +1,8 @@
 """Calibration of a trained cross-encoder: temperature, the feature head and its stacking with the
 network (or the feature head alone), and the label decision offsets.
 
-`mgeo-index train` ends with :func:`calibrate`; :func:`recalibrate` runs it again on an existing
-cross-encoder (``scripts/recalibrate.py``).
+`mgeo-index train` ends with :func:`calibrate`; :func:`mgeo_index.training.recalibrate.recalibrate` runs it again
+on an existing cross-encoder, the group head and the number policy with it (``scripts/recalibrate.py``).
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def calibrate(cross: CrossEncoder, pairs: list[data.Pair], decision_pairs: list[
     or gradient-boosted trees (``"trees"``, :mod:`~mgeo_index.model.tree_head`: measured, not shipped).
     Then the label decision offsets, fitted for macro-F1 on the calibration split of ``decision_pairs`` (the
     three-way CCKS pairs: the binary Shenzhen pairs have no partial class). The group head, which stacks on what
-    this fits, is :func:`mgeo_index.training.group.fit_group_head`'s (called after this by :func:`recalibrate` and
+    this fits, is :func:`mgeo_index.training.group.fit_group_head`'s (called after this by :func:`mgeo_index.training.recalibrate.recalibrate` and
     ``mgeo-index train``).
     """
     from mgeo_index.model.tree_head import train_tree_head
@@ -307,30 +307,4 @@ def refit_number_policy(cross_dir: Path, data_dir: Path) -> dict:
     stats = fit_number_policy(cross, data.split_examples(data.ccks_pairs(data_dir), "calib"))
     manifest = {k: v for k, v in read_manifest(cross_dir, KIND).items() if k not in ("versions", "number_policy")}
     write_manifest(cross_dir, manifest | ({"number_policy": cross.number_policy} if cross.number_policy else {}))
-    return stats
-
-
-def recalibrate(cross_dir: Path, data_dir: Path, *, decision_only: bool = False, head: str = "mlp") -> dict:
-    """Calibrate an existing cross-encoder again (temperature, feature head, stack, decision offsets, group head;
-    or, ``decision_only``, the decision offsets and the group head; then the number policy) on the shared data;
-    saved in place. The stack is
-    fitted on the calibration split of the CCKS pairs and Shenzhen's validation file; the MLP head trains
-    on their train split, a tree head on the train split of every labelled pair file (:func:`data.all_pairs`:
-    trees gain from the extra round-1 and Shenzhen pairs, MLPs lose); the group head on what
-    :func:`mgeo_index.training.group.group_head_pairs` names, its stack and offsets on the calibration and dev splits
-    (:data:`~mgeo_index.training.group.SHIPPED_HELD_OUT`)."""
-    ccks = data.ccks_pairs(data_dir)
-    if decision_only:
-        cross = load_cross_encoder(cross_dir, group_head=False)
-        fit_decision(cross, data.split_examples(ccks, "calib"))
-        stats = {"decision_offsets": dict(zip(cross.labels, cross.decision_offsets))}
-    else:
-        cross = load_cross_encoder(cross_dir, stacked=False)
-        stats = calibrate(cross, ccks + data.shenzhen_pairs(data_dir), ccks, head=head,
-                          head_pairs=data.all_pairs(data_dir) if head == "trees" else None)
-    from mgeo_index.training.group import SHIPPED_HELD_OUT, fit_group_head, group_head_pairs  # group imports this module
-
-    stats["group_head"] = fit_group_head(cross, *group_head_pairs(data_dir), held_out=SHIPPED_HELD_OUT)
-    stats["number_policy"] = fit_number_policy(cross, data.split_examples(ccks, "calib"))
-    cross.save(cross_dir)
     return stats
