@@ -89,11 +89,22 @@ def _recorded_database(index_dir: Path) -> str | None:
     return recorded if isinstance(recorded, str) else None
 
 
+# The number policies (mgeo_index.model.numbers applies them): strict, the default, never calls two addresses that
+# write different numbers exact_match; loose leaves it to the scorer.
+NUMBER_MODES = ("strict", "loose")
+
+
+def check_numbers(mode: str | None) -> str:
+    """``mode`` or the default number policy; a clear error for anything else."""
+    mode = mode or NUMBER_MODES[0]
+    if mode not in NUMBER_MODES:
+        raise ValueError(f"numbers must be one of {', '.join(NUMBER_MODES)}, not {mode!r}")
+    return mode
+
+
 def numbers(mode: str | None = None) -> str:
     """The number policy (:mod:`mgeo_index.model.numbers`): ``--numbers`` > ``MGEO_INDEX_NUMBERS`` > strict."""
-    from mgeo_index.model.numbers import check_mode
-
-    return check_mode(mode or env("NUMBERS"))
+    return check_numbers(mode or env("NUMBERS"))
 
 
 def device(name: str | None = None) -> str:

@@ -26,19 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-MODES = ("strict", "loose")
-DEFAULT = "strict"
+from mgeo_index.settings import NUMBER_MODES, check_numbers as check_mode  # noqa: F401  (check_mode: this module's name for it)
+
+MODES = NUMBER_MODES
+DEFAULT = NUMBER_MODES[0]  # strict
 # A model calibrated before the policy existed: exact_match among the CCKS pairs that write a different number with
 # the same unit on both sides (3.7% of 4,066), the scorer's partial / not odds as they are.
 UNFITTED = {"exact_match": 0.037, "partial_vs_not": 0.0}
-
-
-def check_mode(mode: str | None) -> str:
-    """``mode`` or the default; a clear error for anything else."""
-    mode = mode or DEFAULT
-    if mode not in MODES:
-        raise ValueError(f"numbers must be one of {', '.join(MODES)}, not {mode!r}")
-    return mode
 
 
 def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> np.ndarray:
