@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import generations, index as faiss_index, settings, store, vector_store as vector_stores
+from mgeo_index import generations, settings, store
+from mgeo_index.index import faiss_index, vector_store as vector_stores
 from mgeo_index.build_engines import BuildEngine, make_build_engine
 from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.files import writable
@@ -150,7 +151,7 @@ def build(
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
-    ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.vector_store`: ``faiss`` files in the
+    ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.index.vector_store`: ``faiss`` files in the
     index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
     ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.build_engines`): ``local`` (this
     process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at

@@ -221,7 +221,7 @@ def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: l
     no store: how training measures a fresh bi-encoder). ``gold[i]`` is the catalog position (or a
     collection of positions) of ``queries[i]``'s answer; the catalog goes into an exact (flat) FAISS index.
     ``precision``: the encoding's (:func:`inference.encode`; default the device's)."""
-    from mgeo_index import index as faiss_index
+    from mgeo_index.index import faiss_index
 
     index = faiss_index.make_index(bi.dim, "Flat")
     faiss_index.add(index, inference.encode(bi, [normalize(t) for t in catalog], precision=precision),

@@ -3,7 +3,7 @@ catalog's pointer in one database transaction; readers follow the pointer; ``gc`
 ``check`` verifies that store and index agree and ``repair`` rebuilds what the store can rebuild.
 
 A generation is immutable: its FAISS file (``index-<build>.faiss``; or its Milvus collection, see
-:mod:`mgeo_index.vector_store`), its character n-gram file (``sparse-<build>.npz``), their SHA-256
+:mod:`mgeo_index.index.vector_store`), its character n-gram file (``sparse-<build>.npz``), their SHA-256
 checksums, the SHA-256 of its sorted entry ids, its model fingerprint and factory, recorded in table
 ``generations``.  ``catalogs.current_generation_id`` is
 the pointer (see :func:`store.switch_generation`).  ``index.json`` in the index directory names the
@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import files, index as faiss_index, settings, sparse as sparse_index, store, vector_store
+from mgeo_index import files, settings, store
+from mgeo_index.index import faiss_index, sparse as sparse_index, vector_store
 from mgeo_index.crashpoints import crashpoint
 
 DESCRIPTOR = "index.json"

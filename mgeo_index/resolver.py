@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import features, generations, settings, sparse as sparse_index, store, vector_store
+from mgeo_index import features, generations, settings, store
+from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference, kernels
 from mgeo_index.model.bi_encoder import BiEncoder
 from mgeo_index.model import numbers as number_policy
@@ -50,7 +51,7 @@ RERANK_DEPTH = 10
 class Resolver:
     bi: BiEncoder
     cross: CrossEncoder | None
-    index: object  # faiss.Index, or vector_store.MilvusIndex (searched through mgeo_index.vector_store)
+    index: object  # faiss.Index, or vector_store.MilvusIndex (searched through mgeo_index.index.vector_store)
     engine: object  # sqlalchemy.Engine
     descriptor: dict
     device: str

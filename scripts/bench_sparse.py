@@ -1,4 +1,4 @@
-"""What the character n-gram index (mgeo_index.sparse) costs as the catalog grows: build time, its size in
+"""What the character n-gram index (mgeo_index.index.sparse) costs as the catalog grows: build time, its size in
 memory and on disk, and single-query search latency — pruned (the default: candidates share a rare n-gram; those
 that cannot make the top k by a bound are not scored), pruned without the bound (every candidate scored: the same
 ids and scores, checked) and unpruned side by side, with how much of the unpruned top 20 the pruned search keeps —
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import sparse
+from mgeo_index.index import sparse
 from mgeo_index.bench import synthesize_catalog
 from mgeo_index.text import normalize
 

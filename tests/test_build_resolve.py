@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from mgeo_index import build as build_mod, generations, index as faiss_index, settings, store
+from mgeo_index import build as build_mod, generations, settings, store
+from mgeo_index.index import faiss_index
 from mgeo_index.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
 from mgeo_index.text import model_text
@@ -279,7 +280,7 @@ def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, 
 
 
 def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_path, sample_catalog, monkeypatch):
-    from mgeo_index import index as faiss_index
+    from mgeo_index.index import faiss_index
     from mgeo_index.build import build
     from mgeo_index.generations import read_descriptor
 

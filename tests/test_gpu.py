@@ -41,7 +41,7 @@ def test_fp16_engine_agrees_with_fp32():
 
 def test_faiss_gpu_index_matches_cpu():
     faiss = pytest.importorskip("faiss", reason="FAISS is not installed here (scripts/device_check.sh carries no faiss wheel)")
-    from mgeo_index import index as faiss_index
+    from mgeo_index.index import faiss_index
 
     if faiss.get_num_gpus() == 0:
         pytest.skip("this FAISS build has no GPU support: pip install -e '.[gpu]'")

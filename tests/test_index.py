@@ -8,7 +8,7 @@ import faiss
 import numpy as np
 import pytest
 
-from mgeo_index import index as I
+from mgeo_index.index import faiss_index as I
 
 DIM = 32
 

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
-from mgeo_index import files, generations, index as faiss_index, settings, store
+from mgeo_index import files, generations, settings, store
+from mgeo_index.index import faiss_index
 from mgeo_index.build import build
 from mgeo_index.cli import app
 from mgeo_index.locking import Locked, writer_lock

@@ -14,7 +14,8 @@ import pytest
 from killed_writer import killed_writer
 from typer.testing import CliRunner
 
-from mgeo_index import generations, settings, store, vector_store
+from mgeo_index import generations, settings, store
+from mgeo_index.index import vector_store
 from mgeo_index.build import build
 from mgeo_index.cli import app
 from mgeo_index.crashpoints import POINTS

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mgeo_index import sparse
+from mgeo_index.index import sparse
 
 TEXTS = ["北京市朝阳区建国路88号", "北京市朝阳区建国路99号", "上海市徐汇区漕溪北路1号", "广州市天河区中山大道西1号", "x"]
 IDS = [10, 11, 12, 13, 14]
@@ -39,7 +39,7 @@ def test_weighted_reciprocal_rank_fusion():
 
 
 def test_update_sparse_drops_and_adds_rows_like_a_rebuild():
-    from mgeo_index.sparse import build_sparse, update_sparse
+    from mgeo_index.index.sparse import build_sparse, update_sparse
 
     old_texts = ["北京市朝阳区建国路88号", "上海市浦东新区世纪大道100号", "广州市天河区天河路385号", "杭州市西湖区文三路90号"]
     base = build_sparse(old_texts, [1, 2, 3, 4])
@@ -56,7 +56,7 @@ def test_update_sparse_drops_and_adds_rows_like_a_rebuild():
 
 
 def test_common_ngrams_alone_do_not_make_candidates_but_scores_stay_exact(monkeypatch):
-    from mgeo_index import sparse as sp
+    from mgeo_index.index import sparse as sp
 
     monkeypatch.setattr(sp, "COMMON_MIN_ENTRIES", 5)  # a small catalog where 广东省深圳市 is in every row
     texts = [f"广东省深圳市南山区中山路{i}号" for i in range(40)] + ["广东省深圳市福田区深南大道1号东方大厦",

@@ -26,7 +26,7 @@ _USER_ERRORS = (
     ("mgeo_index.locking", "Locked"),
     ("mgeo_index.store", "GenerationConflict"),
     ("mgeo_index.normalize", "JobError"),
-    ("mgeo_index.vector_store", "Unavailable"),
+    ("mgeo_index.index.vector_store", "Unavailable"),
     ("mgeo_index.ray_pool", "RayUnavailable"),
 )
 

@@ -38,7 +38,7 @@ class Generation(Base):
     model_fingerprint: Mapped[str] = mapped_column(String(255), nullable=False)
     model_path: Mapped[str | None] = mapped_column(Text)
     # None: ``index_file`` is a FAISS file in the index directory; else the vector store's URL (no credentials)
-    # and ``index_file`` names the generation's collection there (migration 0007, :mod:`mgeo_index.vector_store`)
+    # and ``index_file`` names the generation's collection there (migration 0007, :mod:`mgeo_index.index.vector_store`)
     vector_store: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
 

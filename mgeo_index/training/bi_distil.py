@@ -134,7 +134,7 @@ def mine_pools(cfg: DistilConfig, bi: BiEncoder, cross) -> dict[str, np.ndarray]
     The pools are mined once per ``out``: other pool settings or models want another ``--out``."""
     import faiss
 
-    from mgeo_index.sparse import build_sparse
+    from mgeo_index.index.sparse import build_sparse
 
     path = cfg.out / "pools.npz"
     if path.exists():

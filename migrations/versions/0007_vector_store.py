@@ -3,7 +3,7 @@
 NULL (every generation written before, and every one written with the default store): ``index_file`` is
 a FAISS file in the index directory. Otherwise the vector store's URL without credentials (``milvus://HOST:PORT``,
 ``milvus-lite:///PATH.db``), and ``index_file`` names the generation's collection there
-(see :mod:`mgeo_index.vector_store`). One nullable column: nothing existing changes.
+(see :mod:`mgeo_index.index.vector_store`). One nullable column: nothing existing changes.
 
 Revision ID: 0007_vector_store
 Revises: 0006_bigint_ids

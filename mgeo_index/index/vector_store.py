@@ -2,7 +2,7 @@
 
 Two stores, chosen by ``build --vector-store URL`` and recorded per generation (``generations.vector_store``):
 
-- **FAISS files** (the default, ``faiss``): ``index-<build>.faiss`` in the index directory (:mod:`mgeo_index.index`),
+- **FAISS files** (the default, ``faiss``): ``index-<build>.faiss`` in the index directory (:mod:`mgeo_index.index.faiss_index`),
   loaded whole into each reader's memory.
 - **Milvus** (``milvus://HOST:PORT[/DATABASE]``: a Milvus server or cluster; ``milvus-lite:///ABS/PATH.db`` or
   ``milvus-lite://REL/PATH.db``, relative to the index directory: Milvus Lite, embedded, one process at a time).
@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import index as faiss_index, settings
+from mgeo_index import settings
+from mgeo_index.index import faiss_index
 
 FAISS = "faiss"
 MILVUS = "milvus://"
