@@ -1,7 +1,7 @@
 """Classical baseline on the same dev split as the shipped model (for the README's comparison).
 
 char 1–3-gram TF-IDF cosine + rapidfuzz ratios + lengths → logistic regression, trained on the
-``train`` split and reported on ``dev`` (splits from ``mgeo_index.splits.split_of``).
+``train`` split and reported on ``dev`` (splits from ``mgeo_index.measure.splits.split_of``).
 
     pip install -e '.[eval]' && python scripts/baseline.py --data ../shared/data
 """
@@ -16,9 +16,9 @@ from rapidfuzz import fuzz
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from mgeo_index.metrics import classification_report
+from mgeo_index.measure.metrics import classification_report
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mgeo_index.bench import synthesize_catalog  # noqa: E402
+from mgeo_index.measure.bench import synthesize_catalog  # noqa: E402
 from mgeo_index.build import build  # noqa: E402
 from mgeo_index.generations import catalog_state  # noqa: E402
 

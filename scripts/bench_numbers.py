@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
+from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.match import score_sides
 from mgeo_index.resolver import open_resolver
 from mgeo_index.text import model_text

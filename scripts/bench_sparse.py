@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index.index import sparse
-from mgeo_index.bench import synthesize_catalog
+from mgeo_index.measure.bench import synthesize_catalog
 from mgeo_index.text import normalize
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

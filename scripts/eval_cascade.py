@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
+from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.resolver import open_resolver
 
 CHUNK = 256

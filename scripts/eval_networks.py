@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index.runtime import inference
-from mgeo_index.metrics import classification_report
+from mgeo_index.measure.metrics import classification_report
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import column_stack, fit_column_stack, fit_decision_offsets, fit_temperature

@@ -30,7 +30,7 @@ import torch
 
 from mgeo_index import resolver as resolving
 from mgeo_index.runtime import inference
-from mgeo_index.evaluate import gold_entry_ids, read_gold_queries
+from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads
 from mgeo_index.model.group_head import stacked_probabilities
 from mgeo_index.model.loading import load_cross

@@ -22,7 +22,7 @@ from scipy.special import softmax
 from mgeo_index import AddressIndex
 from mgeo_index.runtime import inference
 from mgeo_index.model import group_head
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.training import data
 
 

@@ -44,7 +44,7 @@ from mgeo_index.features import pair_features_batch
 from mgeo_index.runtime.inference import _autocast
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import column_stack, fit_column_stack, fit_temperature, pair_logits

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mgeo_index import settings
 from mgeo_index.model.cross_encoder import load_cross_encoder
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.training import data
 from mgeo_index.training.adapt import REPLAY_FILE, load_replay, make_replay, save_replay
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mgeo_index import settings
-from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs
+from mgeo_index.measure.evaluate import evaluate_pairs, read_labeled_pairs
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
 # the module, not the function of the same name that mgeo_index.text exports

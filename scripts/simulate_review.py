@@ -30,7 +30,7 @@ from mgeo_index.runtime.inference import component_probabilities
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import adapt, data
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from mgeo_index import bench, settings
+from mgeo_index import settings
+from mgeo_index.measure import bench
 from mgeo_index.runtime import backends, inference
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder

@@ -95,7 +95,7 @@ def test_the_cascade_can_be_switched_off_to_measure_it(monkeypatch):
 
 
 def test_eval_reads_one_source_of_a_ccks_file(tmp_path):
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
 
     path = tmp_path / "pairs.tsv"
     path.write_text("query_id\tquery\tcandidate\tlabel\tsplit_source\n"

@@ -6,7 +6,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from mgeo_index import bench
+from mgeo_index.measure import bench
 from mgeo_index.runtime import backends
 from mgeo_index.cli import app
 

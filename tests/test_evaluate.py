@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from mgeo_index import settings
 from mgeo_index.catalog import CatalogError
 from mgeo_index.cli import app
-from mgeo_index.evaluate import read_gold_queries, read_labeled_pairs
+from mgeo_index.measure.evaluate import read_gold_queries, read_labeled_pairs
 
 runner = CliRunner()
 

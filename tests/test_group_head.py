@@ -8,7 +8,7 @@ import pytest
 
 from mgeo_index import settings
 from mgeo_index.match import match_file, score_sides
-from mgeo_index.metrics import classification_report
+from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.group_head import GroupHead, group_features, runs, train_booster
 from mgeo_index.model.manifest import ModelError

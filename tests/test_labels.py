@@ -176,7 +176,7 @@ def test_labels_export_and_import_round_trip_through_the_cli(index_with_queue, t
     assert [(r["a"], r["b"], r["label"], r["reviewer"]) for r in rows] == [
         (item["query"], item["candidates"][0]["address"], "partial_match", "ana")]
     # eval pairs reads it as it is
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
 
     assert read_labeled_pairs(out) == ([item["query"]], [item["candidates"][0]["address"]], [1])
     # and train --pairs reads it as training pairs, the query its group

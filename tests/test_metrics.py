@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
+from mgeo_index.measure.metrics import classification_report, expected_calibration_error, retrieval_report
 
 LABELS = ("exact_match", "partial_match", "not_match")
 

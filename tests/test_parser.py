@@ -330,7 +330,7 @@ def _write_untagged_sources(root: Path, unlabeled: list[str], ccks: list[tuple[s
 
 
 def test_untagged_texts_for_a_teacher_leave_out_held_texts_and_other_splits(tmp_path):
-    from mgeo_index.splits import split_of
+    from mgeo_index.measure.splits import split_of
     from mgeo_index.training.tagger import untagged_texts
 
     train_q = next(f"q{i}" for i in itertools.count() if split_of(f"q{i}") == "train")

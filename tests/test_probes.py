@@ -185,7 +185,7 @@ def test_normalize_and_match_outputs_have_no_phantom_rows_and_no_live_formulas(s
 
 
 def test_labels_export_writes_quotes_and_reads_back(sample_index, tmp_path):
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
 
     index_dir = copy_index(sample_index, tmp_path / "idx")
     labels = tmp_path / "in.tsv"

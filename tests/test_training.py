@@ -104,7 +104,7 @@ def test_fit_temperature_recovers_the_scale():
 
 
 def test_decision_offsets_raise_macro_f1_of_an_underpredicted_class():
-    from mgeo_index.metrics import classification_report
+    from mgeo_index.measure.metrics import classification_report
     from mgeo_index.training.calibrate import fit_decision_offsets
 
     rng = np.random.default_rng(0)

@@ -39,7 +39,7 @@ def eval_pairs(
 
     Both profiles: mgeo-index eval pairs ../shared/data/pairs/shenzhen_val.tsv.gz --split dev --both-profiles
     """
-    from mgeo_index.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
+    from mgeo_index.measure.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
     from mgeo_index.model.loading import load_cross
 
     with friendly_errors():
@@ -89,7 +89,7 @@ def eval_numbers(
 
     Example: mgeo-index eval numbers --data ../shared/data --numbers strict
     """
-    from mgeo_index.evaluate import evaluate_numbers
+    from mgeo_index.measure.evaluate import evaluate_numbers
     from mgeo_index.model.loading import load_cross
     from mgeo_index.training.data import NUMBER_TEST_FILES, number_pairs
     from mgeo_index.training.tagger import load_examples
@@ -129,7 +129,7 @@ def eval_retrieval(
 
     Example: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --index-dir ccks-index
     """
-    from mgeo_index.evaluate import evaluate_retrieval, read_gold_queries
+    from mgeo_index.measure.evaluate import evaluate_retrieval, read_gold_queries
     from mgeo_index.resolver import open_resolver
 
     with friendly_errors():
@@ -167,7 +167,7 @@ def bench(
 
     Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index --pairs ../shared/data/pairs/ccks2021_train.tsv.gz --build-rows 50000,200000
     """
-    from mgeo_index import bench as bench_mod
+    from mgeo_index.measure import bench as bench_mod
     from mgeo_index.runtime import backends
 
     names = [b.strip() for b in backend_list.split(",") if b.strip()]

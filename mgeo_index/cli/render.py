@@ -201,7 +201,7 @@ def report_table(title: str, report: dict) -> Table:
 
 
 def numbers_table(title: str, report: dict) -> Table:
-    """:func:`mgeo_index.evaluate.evaluate_numbers`: the share labelled exact_match, by kind of pair."""
+    """:func:`mgeo_index.measure.evaluate.evaluate_numbers`: the share labelled exact_match, by kind of pair."""
     table = Table(title=escape(title))
     for name in ("pairs", "kind", "count", "exact_match", "number conflict"):
         table.add_column(name, justify="left" if name in ("pairs", "kind") else "right")

@@ -43,7 +43,7 @@ def import_labels(engine, path: str | Path, *, catalog: str, reviewer: str | Non
     with 0/1; any encoding ``eval pairs`` reads) as labels. A ``b`` that is a live entry of ``catalog``
     (same normalized text) is linked to it, so an ``exact_match`` there is served as a confirmed answer.
     Returns counts: ``labels`` added, ``linked`` to an entry."""
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
     from mgeo_index.settings import LABELS
     from mgeo_index.text import model_text, normalize
 

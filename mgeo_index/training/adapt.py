@@ -222,7 +222,7 @@ def probabilities(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray)
 
 def report(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray, gold: np.ndarray) -> dict:
     """macro-F1, per-label F1, accuracy and n of ``cross``'s decisions on these pairs (gold: LABELS indices)."""
-    from mgeo_index.metrics import classification_report
+    from mgeo_index.measure.metrics import classification_report
 
     if not len(gold):
         return {"n": 0}

@@ -43,11 +43,11 @@ import torch.nn.functional as F
 
 from mgeo_index import settings
 from mgeo_index.runtime import inference
-from mgeo_index.evaluate import evaluate_dense_retrieval
+from mgeo_index.measure.evaluate import evaluate_dense_retrieval
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.loops import (checkpoint_of, record_stage, resolve_precision, restore_checkpoint, save_atomic,

@@ -178,7 +178,7 @@ def fit_gate(cross: CrossEncoder, stack: dict, features_only: dict, network_logi
     from the feature-only scorer (calibrated alone: ``features_only``) without running the network, such
     that the labels of at least ``agreement`` of the calibration pairs stay what the stacked scorer
     (network + features) says. Sets ``cross.gate``; returns the figures it was chosen on."""
-    from mgeo_index.metrics import classification_report
+    from mgeo_index.measure.metrics import classification_report
 
     def probs_of(params: dict, net: np.ndarray) -> np.ndarray:
         logits = params["alpha"] * net + params["beta"] * feature_logits + np.array(params["bias"])
@@ -230,7 +230,7 @@ def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.ar
 
     Grid search on held-out pairs; ties go to the smallest change. ``gold`` in ``labels`` order.
     """
-    from mgeo_index.metrics import classification_report
+    from mgeo_index.measure.metrics import classification_report
 
     logp = np.log(np.clip(probs, 1e-12, 1.0))
     exact, partial = labels.index("exact_match"), labels.index("partial_match")

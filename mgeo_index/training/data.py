@@ -1,6 +1,6 @@
 """Training data assembled from ``../shared/data`` (read in place, never copied).
 
-Pairs are split into dev / calib / train by :func:`mgeo_index.splits.split_of` (a stable hash of
+Pairs are split into dev / calib / train by :func:`mgeo_index.measure.splits.split_of` (a stable hash of
 the query, so no query appears on both sides).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def shenzhen_train_pairs(data_dir: Path) -> list[Pair]:
 def labelled_file_pairs(path: Path) -> list[Pair]:
     """The pairs of a labelled file (``mgeo-index labels export``'s ``a, b, label``, or any form ``eval pairs``
     reads), each query its own group (so its pairs share a split), source ``labels:<file name>``."""
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
     from mgeo_index.text import normalize
 
     a, b, gold = read_labeled_pairs(path)

@@ -14,10 +14,10 @@ import numpy as np
 
 from mgeo_index.runtime import inference
 from mgeo_index.features import pair_features_batch
-from mgeo_index.metrics import classification_report
+from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.group_head import ROUNDS, SEEDS, GroupHead, decide, group_features, stacked_probabilities, train_booster
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import fit_column_stack, fit_decision_offsets

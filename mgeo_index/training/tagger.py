@@ -18,7 +18,7 @@ from torch import nn
 
 from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.normalize import normalize
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text.parser import admin_mentions, tag_batched
 from mgeo_index.text.tagger import PAD, UNK, Tagger, TaggerConfig, load_tagger, tags_from_spans
 from mgeo_index.training.data import TAGGED_FILES, ccks_extra_pairs, ccks_pairs, tagged_addresses, unlabeled_addresses

@@ -48,7 +48,7 @@ from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.manifest import quiet_transformers
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import fit_decision_offsets, fit_temperature

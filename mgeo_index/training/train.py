@@ -24,12 +24,12 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
 from mgeo_index.runtime import inference
-from mgeo_index.evaluate import evaluate_dense_retrieval, evaluate_pairs as evaluate_labeled_pairs
+from mgeo_index.measure.evaluate import evaluate_dense_retrieval, evaluate_pairs as evaluate_labeled_pairs
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.model.tokenizer import build_char_tokenizer
 from mgeo_index.settings import LABELS
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import calibrate, pair_logits
@@ -279,7 +279,7 @@ def evaluate_pairs(cross: CrossEncoder, pairs: list[data.Pair], split: str = "de
 
 
 def evaluate_split_retrieval(bi: BiEncoder, pairs: list[data.Pair], catalog: list[str], split: str = "dev") -> dict:
-    """Dense retrieval of ``split``'s queries over the whole catalog (:func:`mgeo_index.evaluate.evaluate_dense_retrieval`);
+    """Dense retrieval of ``split``'s queries over the whole catalog (:func:`mgeo_index.measure.evaluate.evaluate_dense_retrieval`);
     gold = the exact_match candidate."""
     position = {text: i for i, text in enumerate(catalog)}
     queries, gold = [], []

@@ -3,7 +3,7 @@
 Pair files: CCKS style (``query, candidate, label`` with the three labels, optional ``query_id``) or
 Shenzhen style (``addr1, addr2, label`` with 1 = same place → exact_match, 0 → not_match), TSV or
 CSV, optionally gzipped. ``split`` keeps only the rows whose group (query_id, else the first address)
-falls in that split of :func:`mgeo_index.splits.split_of`, so figures on the shared data are
+falls in that split of :func:`mgeo_index.measure.splits.split_of`, so figures on the shared data are
 reported on the dev split the shipped model never saw.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 
 from mgeo_index.runtime import inference
 from mgeo_index.catalog import CatalogError, detect_encoding, open_text
-from mgeo_index.metrics import classification_report, expected_calibration_error, retrieval_report
+from mgeo_index.measure.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
-from mgeo_index.splits import split_of
+from mgeo_index.measure.splits import split_of
 
 _BINARY = {"1": "exact_match", "0": "not_match"}
 

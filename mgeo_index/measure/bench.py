@@ -173,7 +173,7 @@ def bench_backends(
     """
     from mgeo_index import settings
     from mgeo_index.runtime import backends
-    from mgeo_index.evaluate import evaluate_pairs
+    from mgeo_index.measure.evaluate import evaluate_pairs
     from mgeo_index.model.bi_encoder import load_bi_encoder
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -258,7 +258,7 @@ def run_bench(
 
     from mgeo_index import settings
     from mgeo_index.catalog import read_catalog
-    from mgeo_index.evaluate import read_labeled_pairs
+    from mgeo_index.measure.evaluate import read_labeled_pairs
     from mgeo_index.model.loading import load_bi, load_cross
 
     if build_sizes and data is None:
