@@ -621,7 +621,7 @@ def realign(engine, index_dir: Path, catalog_id: int) -> None:
 
 def catalog_state(index_dir, catalog: str | None = None) -> tuple[dict, dict, dict[int, np.ndarray]]:
     """(entries by id, parsed elements by id, vectors by id) of a built catalog: what two engines' builds of the
-    same file must agree on (``scripts/bench_build_ray.py``, the Ray build tests)."""
+    same file must agree on (``research/bench_build_ray.py``, the Ray build tests)."""
     index_dir = Path(index_dir)
     engine = store.connect(settings.database_url(index_dir))
     try:

@@ -52,7 +52,7 @@ if args.metrics:
     metrics["shenzhen_dev"] = evaluate_pairs(cross, data.shenzhen_pairs(args.data))
     if cross.group_head is not None:  # its stack and offsets saw the dev split: measured out of fold
         metrics["group_head_cv"] = cross_validate(cross, group_head_pairs(args.data)[1]) | {
-            "command": "python scripts/eval_group_head.py --data ../shared/data"}
+            "command": "python research/eval_group_head.py --data ../shared/data"}
     metrics["fingerprints"]["cross"] = cross.fingerprint
     args.metrics.write_text(json.dumps(metrics, ensure_ascii=False, indent=2) + "\n")
     print(json.dumps({k: metrics[k]["macro_f1"] for k in ("ccks_dev", "ccks_dev_pairwise", "shenzhen_dev")}

@@ -509,7 +509,7 @@ def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
 
 
 def test_encoder_tagger_reads_each_address_as_if_alone():
-    """The pretrained-encoder tagger (scripts/eval_pretrained_tagger.py) frames each row as [CLS] text [SEP] and
+    """The pretrained-encoder tagger (research/eval_pretrained_tagger.py) frames each row as [CLS] text [SEP] and
     masks the padding: a row's emissions in a batch of other lengths are its emissions alone."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 

@@ -31,7 +31,7 @@ DOCS = [README, *sorted((README.parent / "docs").glob("*.md"))]
 
 
 def documented_commands() -> list[tuple[str, str]]:
-    """(file name, command line) of every ``mgeo-index …`` and ``python scripts/…`` line in the code blocks of
+    """(file name, command line) of every ``mgeo-index …``, ``python scripts/…`` and ``python research/…`` line in the code blocks of
     README.md and docs/ (continuation lines joined, comments and a trailing ``&`` dropped)."""
     found = []
     for path in DOCS:
@@ -44,8 +44,8 @@ def documented_commands() -> list[tuple[str, str]]:
                 line = re.sub(r"\s+#.*$", "", line.strip().removeprefix("$ ")).removesuffix("&").strip()
                 line = re.sub(r"^(?:[A-Z_]+=\S*\s+)+", "", line)  # OMP_NUM_THREADS=1 …
                 words = line.split()
-                if words and (words[0] == "mgeo-index"
-                              or (words[0].endswith("python") and len(words) > 1 and words[1].startswith("scripts/"))):
+                script = len(words) > 1 and words[0].endswith("python") and words[1].startswith(("scripts/", "research/"))
+                if words and (words[0] == "mgeo-index" or script):
                     found.append((path.name, line))
     return found
 

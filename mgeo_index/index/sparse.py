@@ -26,7 +26,7 @@ from mgeo_index.files import replace_atomic
 NGRAMS = (2, 3)
 # An n-gram in more than this share of the entries (and more than COMMON_MIN_ENTRIES of them) does not by
 # itself make an entry a candidate (SparseIndex.search).
-# 1% measured (scripts/bench_sparse.py, README): at 10^6 synthesized rows the single search's p50 falls from 55 to
+# 1% measured (research/bench_sparse.py, README): at 10^6 synthesized rows the single search's p50 falls from 55 to
 # 14 ms; the CCKS dev retrieval figures do not move (39,627 rows: COMMON_MIN_ENTRIES decides there).
 COMMON_SHARE = 0.01
 COMMON_MIN_ENTRIES = 1000

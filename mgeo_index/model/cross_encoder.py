@@ -35,7 +35,7 @@ KIND = "cross-encoder"
 FEATURE_HEAD = "feature_head.safetensors"
 # The cascade leaves a pair to the network when its feature-only P(exact_match) is at least this, whatever the
 # gate's confidence: candidates that might be ranked first keep the network's finer P(exact_match). Chosen on the
-# 1,812 CCKS train + calibration queries (scripts/eval_cascade.py), as the largest cap that changed no reranked
+# 1,812 CCKS train + calibration queries (research/eval_cascade.py), as the largest cap that changed no reranked
 # rank 1 against the network on every pair: 0.05 / 0.04 / 0.035 / 0.03 changed 4 / 2 / 1 / 0 of them, the network
 # scoring 50 / 54 / 56 / 58% of the pairs. (Dev, 306 queries: 3 / 2 / 2 / 0.) A gate may carry its own ``max_exact``.
 GATE_MAX_EXACT = 0.03

@@ -22,7 +22,7 @@ a file's hand-listed candidates). Every pair of a run is scored by the network (
 answers depend on its own pairs only: the trees score row by row, the network is batch-independent, so the
 same run gets the same answers whatever file, chunk or batch it is in. The shipped head's stack and offsets are
 fitted on the calibration and dev splits (:data:`mgeo_index.training.group.SHIPPED_HELD_OUT`), so its figures are
-out-of-fold ones (``scripts/eval_group_head.py``).
+out-of-fold ones (``research/eval_group_head.py``).
 """
 from __future__ import annotations
 

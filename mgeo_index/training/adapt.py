@@ -42,7 +42,7 @@ from mgeo_index.training import calibrate
 REPLAY_FILE = "calibration_replay.npz"
 MIN_LABELS = 20
 # How many replay pairs one user label counts for (rows repeated), and the feature head's epochs. Chosen on
-# the simulated lenient reviewer (scripts/simulate_review.py --policy lenient, 300 queue-chosen labels,
+# the simulated lenient reviewer (research/simulate_review.py --policy lenient, 300 queue-chosen labels,
 # test macro-F1 gain over the shipped model): weight 3 / 10 / 30 with 4 epochs +0.055 / +0.084 / +0.015;
 # with 0 epochs (stack and decisions only) +0.016 / +0.028 / +0.027. Weight 30 overfits the few labels.
 LABEL_WEIGHT = 10

@@ -76,7 +76,7 @@ def train_trees(cross: CrossEncoder, group_pairs: list[data.Pair], *, seed: int 
     """(:data:`SEEDS` boosters, the pairs they learnt from): the group head's trees on the train split of
     ``group_pairs``, rows weighted by :data:`SOURCE_WEIGHTS`. ``fraction`` < 1 keeps that share of the queries
     (whole queries, chosen by a hash of their key, so a smaller share is inside a larger one): the learning curve
-    of ``scripts/eval_group_head.py --train-fractions``."""
+    of ``research/eval_group_head.py --train-fractions``."""
     pairs = group_pairs if fraction >= 1 else [
         p for p in group_pairs if zlib.crc32(f"fraction:{p.group}".encode()) % 10_000 < fraction * 10_000]
     rows, _, _, _, x, gold = _described(cross, pairs, ("train",))

@@ -163,7 +163,7 @@ def _batches(examples: list[Example], size: int, rng: random.Random):
 
 class EncoderTagger(Tagger):
     """The CRF tagger with a pretrained character transformer (a ``BertModel`` and its character tokenizer: one
-    token per character) in place of its embedding, convolution and BiLSTM: ``scripts/eval_pretrained_tagger.py``
+    token per character) in place of its embedding, convolution and BiLSTM: ``research/eval_pretrained_tagger.py``
     measures what pretraining adds to element tagging. Not saved or shipped (the parser loads :class:`Tagger`)."""
 
     def __init__(self, cfg: TaggerConfig, bert, tokenizer, *, bf16: bool = False):

@@ -9,7 +9,7 @@ answers are cached by admin mentions). ``--collector-ab`` adds the shipped loade
 (:mod:`mgeo_index.heap`) against none, alternating over 6 fresh slices in this process; ``--against DIR`` times another tagger the same way against
 this one (``--tagger`` or the shipped).
 
-Example: OMP_NUM_THREADS=1 .venv/bin/python scripts/eval_parser.py --data ../shared/data --collector-ab
+Example: OMP_NUM_THREADS=1 .venv/bin/python research/eval_parser.py --data ../shared/data --collector-ab
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ COPY into a temporary table + one INSERT … SELECT (mgeo_index.store.catalogs, 
 rows a chunk). Each method loads the same synthetic entries into its own fresh database, in chunks of
 the size `build` stores (5,000).
 
-    python scripts/bench_pg_load.py --rows 100000 [--admin-url postgresql+psycopg2://postgres@127.0.0.1:5432/postgres]
+    python research/bench_pg_load.py --rows 100000 [--admin-url postgresql+psycopg2://postgres@127.0.0.1:5432/postgres]
 """
 import argparse
 import json

@@ -12,8 +12,8 @@ calibration split as ``calibrate`` does, and the ranking is ``resolve``'s: the p
 parser whose index is given), cut to 10 by the feature-only prior, ordered by the stacked P(exact) + ½·fused.
 
     mgeo-index build ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index
-    OMP_NUM_THREADS=1 python scripts/eval_ranking_cv.py --index-dir ccks-index --seeds 5
-    OMP_NUM_THREADS=1 python scripts/eval_ranking_cv.py --index-dir ccks-index --retrieval-weights 0.3 0.5 0.7
+    OMP_NUM_THREADS=1 python research/eval_ranking_cv.py --index-dir ccks-index --seeds 5
+    OMP_NUM_THREADS=1 python research/eval_ranking_cv.py --index-dir ccks-index --retrieval-weights 0.3 0.5 0.7
 
 Run it with the parser to be measured installed (``mgeo_index/text/tagger/``): the index's stored parses,
 the pairs' features and the heads all come from it.

@@ -8,7 +8,7 @@ decides alone are known without it). This counts those pairs in ``resolve``'s ow
 prescreen gives the network) for CCKS dev queries over an index of the CCKS catalog.
 
     mgeo-index build ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index
-    OMP_NUM_THREADS=1 python scripts/eval_rerank_bound.py --index-dir ccks-index --queries 400
+    OMP_NUM_THREADS=1 python research/eval_rerank_bound.py --index-dir ccks-index --queries 400
 """
 from __future__ import annotations
 

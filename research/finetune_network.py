@@ -21,8 +21,8 @@
 
 The output folder is an uncalibrated cross-encoder: calibrate and score it as the shipped one,
 
-    OMP_NUM_THREADS=1 python scripts/finetune_network.py --mode student --layers 0,3 --minutes 20 --out runs/student2
-    OMP_NUM_THREADS=1 python scripts/finetune_network.py --mode distil \
+    OMP_NUM_THREADS=1 python research/finetune_network.py --mode student --layers 0,3 --minutes 20 --out runs/student2
+    OMP_NUM_THREADS=1 python research/finetune_network.py --mode distil \
         --teacher ~/.cache/mgeo-index/teacher/cross_best.pt --unlabelled 12000 --minutes 30 --out runs/distil
     python scripts/recalibrate.py --model runs/student2 --data ../shared/data
     mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --source round2_train --cross-model runs/student2

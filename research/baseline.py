@@ -3,7 +3,7 @@
 char 1–3-gram TF-IDF cosine + rapidfuzz ratios + lengths → logistic regression, trained on the
 ``train`` split and reported on ``dev`` (splits from ``mgeo_index.measure.splits.split_of``).
 
-    pip install -e '.[eval]' && python scripts/baseline.py --data ../shared/data
+    pip install -e '.[eval]' && python research/baseline.py --data ../shared/data
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Incremental update vs full rebuild on a real catalog, measured in one run.
 
-    OMP_NUM_THREADS=1 python scripts/bench_update.py --catalog ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz
+    OMP_NUM_THREADS=1 python research/bench_update.py --catalog ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz
 
 1. full: `build` of the whole catalog into a fresh index directory (every entry embedded);
 2. update: `add` of a delta holding --fraction of the catalog's size (default 1%): half of it existing

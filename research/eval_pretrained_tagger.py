@@ -10,7 +10,7 @@ It prints the test F1, pooled and per tagged file, as ``train_tagger`` reports t
 Not a shipped model (15.8 M or 22.9 M parameters against the tagger's 0.53 M): it measures whether pretraining is
 the lever for the element-F1 target (README, *What limits the element F1*: it is not).
 
-    OMP_NUM_THREADS=1 python scripts/eval_pretrained_tagger.py --data ../shared/data --minutes 60
+    OMP_NUM_THREADS=1 python research/eval_pretrained_tagger.py --data ../shared/data --minutes 60
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def main() -> None:
     if args.save:
         torch.save(model.state_dict(), args.save)
     print(json.dumps({
-        "command": "python scripts/eval_pretrained_tagger.py " + " ".join(
+        "command": "python research/eval_pretrained_tagger.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
         "encoder": {"layers": teacher.model.config.num_hidden_layers, "hidden": teacher.model.config.hidden_size,
                     "snapshot": str(args.teacher)},

@@ -8,7 +8,7 @@ recall@1 both ways, how many queries' rank 1 moved, and the share of pairs the n
 the train and calibration splits; read dev only to confirm.
 
     mgeo-index build ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir /tmp/ccks-index
-    OMP_NUM_THREADS=1 python scripts/eval_cascade.py --index-dir /tmp/ccks-index --splits train calib dev
+    OMP_NUM_THREADS=1 python research/eval_cascade.py --index-dir /tmp/ccks-index --splits train calib dev
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Admin resolution of mgeo-index, cpca and jionlp side by side on the tagger's held-out test split.
 
 The same addresses go to all three (default settings: ``cpca.transform``, ``jionlp.parse_location``,
-``mgeo_index.text.parser.parse``). Gold codes are those of ``scripts/eval_parser.py``: the
+``mgeo_index.text.parser.parse``). Gold codes are those of ``research/eval_parser.py``: the
 gazetteer's resolution of the gold prov / city / district / town spans (addresses whose gold is
 ambiguous or unresolved are left out). cpca answers with its own adcodes; jionlp's names are
 looked up in the gazetteer under their province and city. A municipality is its own city level;
@@ -18,7 +18,7 @@ Rows:
   ``eval_parser.py``'s inferred figures do): few test addresses leave them out;
 - in-process addresses per second, one thread.
 
-Example: OMP_NUM_THREADS=1 .venv/bin/python scripts/compare_parsers.py --data ../shared/data
+Example: OMP_NUM_THREADS=1 .venv/bin/python research/compare_parsers.py --data ../shared/data
 Needs the ``eval`` extra (cpca, jionlp).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and under today's ``normalize``, side by side: what the normalization change does to the models
 trained on the first one.
 
-Example: OMP_NUM_THREADS=1 .venv/bin/python scripts/normalize_ab.py --data ../shared/data
+Example: OMP_NUM_THREADS=1 .venv/bin/python research/normalize_ab.py --data ../shared/data
 """
 from __future__ import annotations
 

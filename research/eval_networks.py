@@ -9,7 +9,7 @@ student. A model is a saved cross-encoder folder, or ``teacher:PATH`` for a teac
 network, and the head with all of them, each combination's weights (one per network, one for the head, a bias per
 label) and decision offsets fitted on the calibration split, as the shipped stack is.
 
-    OMP_NUM_THREADS=1 python scripts/eval_networks.py --data ../shared/data --stack \\
+    OMP_NUM_THREADS=1 python research/eval_networks.py --data ../shared/data --stack \\
         mgeo_index/model/default/cross teacher:teacher/cross-snapshot.safetensors
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ ids and scores, checked) and unpruned side by side, with how much of the unprune
 at each of --rows
 synthesized catalog sizes (the same synthesizer as `mgeo-index bench --build-rows`).
 
-    python scripts/bench_sparse.py --data ../shared/data --rows 50000,200000,1000000
+    python research/bench_sparse.py --data ../shared/data --rows 50000,200000,1000000
 """
 import argparse
 import json

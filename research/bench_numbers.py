@@ -4,7 +4,7 @@ queries under each policy. Run it with an earlier release on PYTHONPATH beside t
 (docs/numbers.md).
 
     mgeo-index build ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-idx --address-column text
-    python scripts/bench_numbers.py --index-dir ccks-idx --recall
+    python research/bench_numbers.py --index-dir ccks-idx --recall
 """
 import argparse
 import inspect

@@ -1,7 +1,7 @@
 """Count the pair texts whose normalized form changes from the first normalization (text.normalize.basic,
 which the shipped match model was trained on) to today's ``normalize``, by step, with examples.
 
-Example: .venv/bin/python scripts/normalize_changes.py --data ../shared/data
+Example: .venv/bin/python research/normalize_changes.py --data ../shared/data
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ actors, Ray started by the build itself, as the CLI does) and prints each build'
 stage timings, then whether the two catalogs are the same: entries (ids, catalog ids, addresses, normalized
 text), parsed elements, the FAISS ids, and the largest vector difference.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_build_ray.py --data ../shared/data --rows 20000 --workers 2
+    OMP_NUM_THREADS=1 .venv/bin/python research/bench_build_ray.py --data ../shared/data --rows 20000 --workers 2
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Benchmark `mgeo-index normalize` (local engine) against the bare batched resolver, and check
 that its memory is bounded by the chunk size rather than the file.
 
-    python scripts/bench_normalize.py throughput --rows 2000 --top-k 10
-    python scripts/bench_normalize.py memory --small 10000 --large 1000000
+    python research/bench_normalize.py throughput --rows 2000 --top-k 10
+    python research/bench_normalize.py memory --small 10000 --large 1000000
 
 throughput: the same rows go through ``Resolver.resolve`` in micro-batches of ``--batch-size`` (the
 bare resolver) and through ``normalize_file`` with the same resolver object (read, validate,

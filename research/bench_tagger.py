@@ -3,7 +3,7 @@ tables (shipped) against the convolution itself, and the Viterbi over the transi
 against the full max over every (from, to) pair (the reference in tests/test_parser.py), on the same cached
 emissions of the same length-sorted batches; CPU seconds per batch set, best of ``--rounds``, paths compared.
 
-    OMP_NUM_THREADS=1 python scripts/bench_tagger.py --data ../shared/data --addresses 3000
+    OMP_NUM_THREADS=1 python research/bench_tagger.py --data ../shared/data --addresses 3000
 """
 import argparse
 import gzip

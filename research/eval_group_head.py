@@ -13,8 +13,8 @@ queries; a smaller share is inside a larger one) the trees are trained again as 
 then cross-validated the same way; the network and the feature head stay the shipped ones (what more
 labelled pairs would buy).
 
-    OMP_NUM_THREADS=1 python scripts/eval_group_head.py --data ../shared/data [--model DIR]
-    OMP_NUM_THREADS=1 python scripts/eval_group_head.py --data ../shared/data --train-fractions 0.125 0.25 0.5 1
+    OMP_NUM_THREADS=1 python research/eval_group_head.py --data ../shared/data [--model DIR]
+    OMP_NUM_THREADS=1 python research/eval_group_head.py --data ../shared/data --train-fractions 0.125 0.25 0.5 1
 """
 from __future__ import annotations
 

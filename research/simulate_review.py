@@ -12,9 +12,9 @@ a held-back fifth, refit with the shipped calibration replay); the test part's m
 are measured before and after, against the same numbers of labels drawn at random (mean of 3 seeds).
 CCKS dev (the shipped model's reported split) checks that the adapted model did not forget round 2.
 
-    python scripts/simulate_review.py --data ../shared/data --markdown /tmp/w/readme_adapt.md
-    python scripts/simulate_review.py --data ../shared/data --policy lenient --markdown /tmp/w/lenient.md
-    python scripts/simulate_review.py --data ../shared/data --sizes 300 --label-weights 3,10,30 --epochs 0  # the weight
+    python research/simulate_review.py --data ../shared/data --markdown /tmp/w/readme_adapt.md
+    python research/simulate_review.py --data ../shared/data --policy lenient --markdown /tmp/w/lenient.md
+    python research/simulate_review.py --data ../shared/data --sizes 300 --label-weights 3,10,30 --epochs 0  # the weight
 """
 import argparse
 import dataclasses

@@ -10,8 +10,8 @@ candidates computed ahead: that time is reported too, but is not part of a decis
 The review writes items and labels into the index's store, so by default the index directory (SQLite
 store included) is copied to a temporary directory first (``--in-place`` to skip that).
 
-    .venv/bin/python scripts/bench_review.py --index-dir demo-index --decisions 200
-    .venv/bin/python scripts/bench_review.py --index-dir /tmp/ccks-index --decisions 200 --json bench-review.json
+    .venv/bin/python research/bench_review.py --index-dir demo-index --decisions 200
+    .venv/bin/python research/bench_review.py --index-dir /tmp/ccks-index --decisions 200 --json bench-review.json
 """
 from __future__ import annotations
 
