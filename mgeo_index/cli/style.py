@@ -49,31 +49,25 @@ def _usage(command, ctx) -> list[str]:
     return pieces
 
 
-class Command(TyperCommand):
+class _Plain:
+    """What commands and groups share: plain placeholders and flowing help (the module's docstring)."""
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         _plain(self.params)
         self.help = unwrapped(self.help)
 
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        _plain([option] if option is not None else [])
+        return option
+
+
+class Command(_Plain, TyperCommand):
     def collect_usage_pieces(self, ctx) -> list[str]:
         return _usage(self, ctx)
 
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        _plain([option] if option is not None else [])
-        return option
 
-
-class Group(TyperGroup):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        _plain(self.params)
-        self.help = unwrapped(self.help)
-
+class Group(_Plain, TyperGroup):
     def collect_usage_pieces(self, ctx) -> list[str]:
         return _usage(self, ctx) + [self.subcommand_metavar]
-
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        _plain([option] if option is not None else [])
-        return option

@@ -280,7 +280,7 @@ def load(path: str | Path, *, classifier: bool) -> Transformer:
     stored = read_weights(path)
     state = {}
     for name in model.state_dict():
-        source = name if name in stored else _unprefixed(name, set(stored))
+        source = name if name in stored else _unprefixed(name, stored.keys())
         if source is None:
             from mgeo_index.model.manifest import ModelError
 
@@ -324,7 +324,7 @@ def _has_int8(path: str | Path) -> bool:
         return any(name.endswith(SCALE_SUFFIX) for name in weights.keys())
 
 
-def _unprefixed(name: str, names: set[str]) -> str | None:
+def _unprefixed(name: str, names) -> str | None:
     """A BertModel checkpoint saved with a ``bert.`` prefix (from a pre-training head) or without one."""
     for candidate in (name.removeprefix("bert."), "bert." + name):
         if candidate in names:
