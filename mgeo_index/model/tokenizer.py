@@ -95,8 +95,7 @@ class FastTokenizer:
 
         if return_tensors != "pt":
             raise ValueError("only return_tensors='pt' is supported")
-        single = isinstance(first, str)
-        first = [first] if single else list(first)
+        first = [first] if isinstance(first, str) else list(first)
         if second is not None:
             second = [second] if isinstance(second, str) else list(second)
             if len(second) != len(first):

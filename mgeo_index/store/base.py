@@ -123,13 +123,7 @@ def schema_head() -> str:
 def upgrade_if_behind(url: str) -> None:
     """:func:`upgrade` a database that is not at :func:`schema_head` (asking it costs one query; Alembic is
     loaded only to migrate)."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            current = _revision(conn)
-    finally:
-        engine.dispose()
-    if current != schema_head():
+    if current_revision(url) != schema_head():
         upgrade(url)
 
 
