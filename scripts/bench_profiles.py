@@ -29,20 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 from mgeo_index.settings import PROFILES, cpu_kind  # noqa: E402
-
-LATENCY = r"""
-import json, sys, time
-import numpy as np
-from mgeo_index.resolver import open_resolver
-queries = json.loads(open(sys.argv[2], encoding="utf-8").read())
-resolver = open_resolver(sys.argv[1], device="cpu", profile=sys.argv[3])
-for q in queries[:10]:
-    resolver.resolve([q])
-times = []
-for q in queries:
-    t = time.perf_counter(); resolver.resolve([q]); times.append(time.perf_counter() - t)
-print(json.dumps({"p50_ms": 1000 * float(np.percentile(times, 50)), "p99_ms": 1000 * float(np.percentile(times, 99))}))
-"""
+from bench_throughput import LATENCY  # noqa: E402  (the warm one-query-a-call resolve, one snippet for both)
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
@@ -78,7 +65,6 @@ def main() -> None:
             csv.writer(fh, delimiter="\t").writerows([("a", "b")] + [(r["query"], r["candidate"]) for r in rows[: args.pairs]])
         with (tmp / "rows.csv").open("w", encoding="utf-8", newline="") as fh:
             csv.writer(fh).writerows([("id", "address")] + list(enumerate(queries[: args.rows])))
-        (tmp / "queries.json").write_text(json.dumps(queries[-args.queries:], ensure_ascii=False), encoding="utf-8")
         for round_ in range(args.rounds):
             for profile in PROFILES:
                 figures = report[profile]
@@ -90,7 +76,8 @@ def main() -> None:
                                                 "--out", str(tmp / f"{profile}-{round_}.csv"), "--profile", profile])
                 if seconds < figures.get("normalize_s", float("inf")):
                     figures.update(normalize_s=seconds, normalize_rows_per_s=args.rows / seconds, normalize_peak_mb=peak)
-                _, _, out = timed([sys.executable, "-c", LATENCY, str(args.index_dir), str(tmp / "queries.json"), profile])
+                _, _, out = timed([sys.executable, "-c", LATENCY, str(args.index_dir),
+                                   json.dumps(queries[-args.queries:], ensure_ascii=False), profile])
                 for key, value in json.loads(out.strip().splitlines()[-1]).items():
                     figures[key] = min(value, figures.get(key, float("inf")))
     rounded = {p: {k: round(v, 1) for k, v in f.items()} for p, f in report.items()}

@@ -80,7 +80,8 @@ import json, sys, time
 import numpy as np
 from mgeo_index.resolver import open_resolver
 queries = json.loads(sys.argv[2])
-resolver = open_resolver(sys.argv[1], device="cpu")
+profile = {"profile": sys.argv[3]} if len(sys.argv) > 3 else {}  # releases before profiles take none
+resolver = open_resolver(sys.argv[1], device="cpu", **profile)
 for q in queries[:10]:
     resolver.resolve([q])
 times = []
