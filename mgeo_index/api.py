@@ -25,7 +25,7 @@ from mgeo_index.results import Element, Match, MatchResult, Parse
 if TYPE_CHECKING:  # heavy imports only when used
     import pandas as pd
 
-    from mgeo_index.build import BuildResult
+    from mgeo_index.catalog.build import BuildResult
     from mgeo_index.resolver import Resolver
 
 __all__ = ["AddressIndex", "parse", "match_pairs"]
@@ -122,7 +122,7 @@ class AddressIndex:
         ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``; None keeps the
         catalog's); ``profile``: the profile recorded with the catalog (None keeps the catalog's); ``force``: build
         into a directory holding files mgeo-index did not write; the build's summary is ``.build_result``."""
-        from mgeo_index.build import build
+        from mgeo_index.catalog.build import build
 
         result = build(catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column,
                        id_column=id_column, factory=index, model=model, device=device, backend=backend,
@@ -221,7 +221,7 @@ class AddressIndex:
 
     def add(self, catalog: str | Path, **options: Any) -> "BuildResult":
         """Apply a delta file (new and changed rows) and reopen on the new generation."""
-        from mgeo_index import update
+        from mgeo_index.catalog import update
 
         options.setdefault("model", self._resolver.bi)  # embed with the loaded model that built the index
         result = update.add(catalog, self.index_dir, db=self.db, **options)
@@ -230,7 +230,7 @@ class AddressIndex:
 
     def remove(self, ids: Sequence[str], **options: Any):
         """Retire entries by their catalog id and reopen on the new generation."""
-        from mgeo_index import update
+        from mgeo_index.catalog import update
 
         options.setdefault("model", self._resolver.bi)
         result = update.remove(list(ids), self.index_dir, db=self.db, **options)
@@ -239,7 +239,7 @@ class AddressIndex:
 
     def check(self):
         """Verify the store and the index files agree (``mgeo-index check``)."""
-        from mgeo_index import update
+        from mgeo_index.catalog import update
 
         return update.check(self.index_dir, db=self.db)
 

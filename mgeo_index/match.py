@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mgeo_index import features, files
 from mgeo_index.runtime import inference
-from mgeo_index.catalog import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
+from mgeo_index.catalog.reader import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import group_head
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import features, generations, settings, store
+from mgeo_index import features, settings, store
+from mgeo_index.catalog import generations
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference, kernels
 from mgeo_index.model.bi_encoder import BiEncoder

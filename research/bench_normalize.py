@@ -44,7 +44,7 @@ def make_input(path: Path, rows: int) -> list[str]:
 def ensure_index(index_dir: Path | None, work: Path, device: str) -> Path:
     if index_dir is not None:
         return index_dir
-    from mgeo_index.build import build
+    from mgeo_index.catalog.build import build
 
     index_dir = work / "idx"
     build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device=device)

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from mgeo_index import settings
-from mgeo_index.build import build
-from mgeo_index.catalog import read_catalog
+from mgeo_index.catalog.build import build
+from mgeo_index.catalog.reader import read_catalog
 from mgeo_index.model.bi_encoder import load_bi_encoder
-from mgeo_index.update import add, check, remove
+from mgeo_index.catalog.update import add, check, remove
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:

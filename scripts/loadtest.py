@@ -40,7 +40,7 @@ def free_port() -> int:
 
 
 def load_addresses(path: Path, n: int, seed: int) -> list[str]:
-    from mgeo_index.catalog import read_catalog
+    from mgeo_index.catalog.reader import read_catalog
 
     texts: list[str] = []
     for rows, _ in read_catalog(path, chunk_size=5000).chunks():

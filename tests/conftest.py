@@ -135,7 +135,7 @@ def copy_index(source: Path, target: Path) -> Path:
 def sample_build(tmp_path_factory):
     """(index directory, BuildResult): the bundled sample catalog built once per session with the shipped
     models. Read-only: a test or module that writes to an index takes a copy (:func:`copy_index`)."""
-    from mgeo_index.build import build
+    from mgeo_index.catalog.build import build
 
     index_dir = tmp_path_factory.mktemp("sample-index") / "idx"
     result = build(SAMPLE, index_dir, id_column="poi_id", device="cpu")
@@ -156,7 +156,7 @@ def sample_index_copy(sample_index, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_index(tmp_path_factory, tiny_model_dirs) -> Path:
     """The sample catalog built once per session with the random-weight tiny bi-encoder (read-only)."""
-    from mgeo_index.build import build
+    from mgeo_index.catalog.build import build
 
     path = tmp_path_factory.mktemp("tiny-index") / "idx"
     build(SAMPLE, path, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")

@@ -1,5 +1,5 @@
 """A catalog writer (``build`` or ``add``) run in a child process that SIGKILLs itself at a crash point
-(:mod:`mgeo_index.crashpoints`), shared by the kill -9 tests of the FAISS and the Milvus stores.
+(:mod:`mgeo_index.catalog.crashpoints`), shared by the kill -9 tests of the FAISS and the Milvus stores.
 
 Writers run in children forked from a server that has imported the package once (a fresh interpreter
 per kill would spend most of the test importing torch); each child is a separate process that really
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mgeo_index.build import build
-from mgeo_index.update import add
+from mgeo_index.catalog.build import build
+from mgeo_index.catalog.update import add
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["mgeo_index.build", "mgeo_index.update"])
+_CONTEXT.set_forkserver_preload(["mgeo_index.catalog.build", "mgeo_index.catalog.update"])
 
 
 def _writer(command: str, path: str, index_dir: str, bi_dir: str, point: str) -> None:

@@ -27,11 +27,11 @@ from typer.testing import CliRunner
 pytest.importorskip("ray.data", reason="ray[data] is not installed: the Ray build engine is not tested")
 
 from mgeo_index import ray_pool, settings, store  # noqa: E402
-from mgeo_index.build import build  # noqa: E402
-from mgeo_index.generations import catalog_state  # noqa: E402
+from mgeo_index.catalog.build import build  # noqa: E402
+from mgeo_index.catalog.generations import catalog_state  # noqa: E402
 from mgeo_index.cli import app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402
-from mgeo_index.update import add, check  # noqa: E402
+from mgeo_index.catalog.update import add, check  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Ray start-up and actor pools: tens of seconds
 
@@ -41,7 +41,7 @@ TOLERANCE = 1e-5
 CHUNK = 64  # 300 sample rows → 5 batches per step, spread over the 2 actors
 QUERIES = ["深圳南山中山路75号东方科技园", "北京海淀东风路127号东方大厦", "南京鼓楼中山路89号星河广场"]
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["mgeo_index.build"])
+_CONTEXT.set_forkserver_preload(["mgeo_index.catalog.build"])
 
 
 @pytest.fixture(scope="module")

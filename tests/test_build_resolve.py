@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from mgeo_index import build as build_mod, generations, settings, store
+from mgeo_index import settings, store
+from mgeo_index.catalog import build as build_mod, generations
 from mgeo_index.index import faiss_index
-from mgeo_index.build import build
+from mgeo_index.catalog.build import build
 from mgeo_index.resolver import ModelMismatch, open_resolver
 from mgeo_index.text import model_text
 from mgeo_index.text.parser import parser_version
@@ -281,8 +282,8 @@ def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, 
 
 def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_path, sample_catalog, monkeypatch):
     from mgeo_index.index import faiss_index
-    from mgeo_index.build import build
-    from mgeo_index.generations import read_descriptor
+    from mgeo_index.catalog.build import build
+    from mgeo_index.catalog.generations import read_descriptor
 
     flat = build(sample_catalog, tmp_path / "flat", id_column="poi_id", device="cpu")  # the default: auto
     assert flat.index_factory == "auto: Flat" and read_descriptor(tmp_path / "flat")["index_factory"] == "auto"
@@ -326,8 +327,8 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
     each) stores the same entries and elements and the same vector bits as on one."""
     import torch
 
-    from mgeo_index.build_engines import BuildEngine
-    from mgeo_index.generations import catalog_state
+    from mgeo_index.catalog.build_engines import BuildEngine
+    from mgeo_index.catalog.generations import catalog_state
 
     threads = torch.get_num_threads()
     states = []

@@ -1,4 +1,4 @@
-"""mgeo_index.catalog: encodings, delimiters, column detection, per-row validation, chunking."""
+"""mgeo_index.catalog.reader: encodings, delimiters, column detection, per-row validation, chunking."""
 from __future__ import annotations
 
 import codecs
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mgeo_index.catalog import (
+from mgeo_index.catalog.reader import (
     CatalogError,
     Reject,
     Row,

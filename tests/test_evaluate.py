@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mgeo_index import settings
-from mgeo_index.catalog import CatalogError
+from mgeo_index.catalog.reader import CatalogError
 from mgeo_index.cli import app
 from mgeo_index.measure.evaluate import read_gold_queries, read_labeled_pairs
 

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from hostile import assert_clean_reply, hostile_csv, hostile_json_bodies, hostile_text
 from mgeo_index import settings, store
-from mgeo_index.build import build
-from mgeo_index.catalog import CatalogError, read_catalog
+from mgeo_index.catalog.build import build
+from mgeo_index.catalog.reader import CatalogError, read_catalog
 from mgeo_index.match import match_file
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.resolver import open_resolver
-from mgeo_index.update import check
+from mgeo_index.catalog.update import check
 from conftest import copy_index
 
 FUZZ = Path(__file__).parent / "fuzz"

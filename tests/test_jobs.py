@@ -214,7 +214,7 @@ def test_resume_refused_over_another_model_or_parameters(index_dir, job_input, t
         normalize_file(changed, out, index_dir, **args)
 
     # the index changed under the job: building again makes a new build id and index file
-    from mgeo_index.build import build
+    from mgeo_index.catalog.build import build
 
     rebuilt = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu")
     with pytest.raises(JobError) as refused:

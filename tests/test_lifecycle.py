@@ -15,13 +15,14 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
-from mgeo_index import files, generations, settings, store
+from mgeo_index import files, settings, store
+from mgeo_index.catalog import generations
 from mgeo_index.index import faiss_index
-from mgeo_index.build import build
+from mgeo_index.catalog.build import build
 from mgeo_index.cli import app
-from mgeo_index.locking import Locked, writer_lock
+from mgeo_index.catalog.locking import Locked, writer_lock
 from mgeo_index.resolver import open_resolver
-from mgeo_index.update import add, check, gc, remove, repair
+from mgeo_index.catalog.update import add, check, gc, remove, repair
 
 LINES = settings.SAMPLE_CATALOG.read_text(encoding="utf-8").splitlines()
 HEADER = LINES[0]
@@ -226,7 +227,7 @@ def test_second_writer_is_refused_with_the_holders_pid(index_dir, tmp_path, tiny
 
 
 def test_a_lock_holder_killed_with_sigkill_does_not_block_the_next_writer(index_dir):
-    holder = ("import os, signal, sys\nfrom mgeo_index.locking import writer_lock\n"
+    holder = ("import os, signal, sys\nfrom mgeo_index.catalog.locking import writer_lock\n"
               "with writer_lock(sys.argv[1], 'doomed'):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
     killed = subprocess.run([sys.executable, "-c", holder, str(index_dir)], capture_output=True, timeout=120)
     assert killed.returncode == -9
@@ -277,7 +278,7 @@ def test_lifecycle_against_postgresql(pg_url, tmp_path, tiny_model_dirs):
 
 
 def test_a_rebuild_reads_the_catalogs_own_columns_and_refuses_others(index_dir, tmp_path, tiny_model_dirs):
-    from mgeo_index.catalog import CatalogError
+    from mgeo_index.catalog.reader import CatalogError
 
     before = _entries_by_source(index_dir)
     args = dict(model=tiny_model_dirs[0], device="cpu")

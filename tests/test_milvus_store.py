@@ -14,13 +14,14 @@ import pytest
 from killed_writer import killed_writer
 from typer.testing import CliRunner
 
-from mgeo_index import generations, settings, store
+from mgeo_index import settings, store
+from mgeo_index.catalog import generations
 from mgeo_index.index import vector_store
-from mgeo_index.build import build
+from mgeo_index.catalog.build import build
 from mgeo_index.cli import app
-from mgeo_index.crashpoints import POINTS
+from mgeo_index.catalog.crashpoints import POINTS
 from mgeo_index.resolver import open_resolver
-from mgeo_index.update import add, check, gc, remove, repair
+from mgeo_index.catalog.update import add, check, gc, remove, repair
 
 LINES = settings.SAMPLE_CATALOG.read_text(encoding="utf-8").splitlines()
 HEADER = LINES[0]

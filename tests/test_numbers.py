@@ -137,7 +137,7 @@ def test_fit_number_policy_sets_the_share_of_exact_match_among_conflicting_pairs
 
 @pytest.fixture(scope="module")
 def numbered_index(tmp_path_factory):
-    from mgeo_index.build import build
+    from mgeo_index.catalog.build import build
 
     root = tmp_path_factory.mktemp("numbers")
     catalog = root / "catalog.csv"

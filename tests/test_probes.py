@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mgeo_index import settings
-from mgeo_index.build import build
-from mgeo_index.generations import NotAnIndexDirectory
+from mgeo_index.catalog.build import build
+from mgeo_index.catalog.generations import NotAnIndexDirectory
 from conftest import copy_index
 
 

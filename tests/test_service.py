@@ -23,7 +23,8 @@ import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from mgeo_index import build as build_mod, settings  # noqa: E402
+from mgeo_index import settings  # noqa: E402
+from mgeo_index.catalog import build as build_mod
 from mgeo_index.runtime import inference
 from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.resolver import open_resolver  # noqa: E402

@@ -20,10 +20,10 @@ from mgeo_index.cli.render import err
 # loaded (nothing can raise one before), so catching them imports nothing: `parse` never loads the
 # resolver's FAISS and transformers stack to learn what a ModelMismatch is.
 _USER_ERRORS = (
-    ("mgeo_index.catalog", "CatalogError"),
+    ("mgeo_index.catalog.reader", "CatalogError"),
     ("mgeo_index.model.manifest", "ModelError"),
     ("mgeo_index.model.loading", "ModelMismatch"),
-    ("mgeo_index.locking", "Locked"),
+    ("mgeo_index.catalog.locking", "Locked"),
     ("mgeo_index.store", "GenerationConflict"),
     ("mgeo_index.normalize", "JobError"),
     ("mgeo_index.index.vector_store", "Unavailable"),

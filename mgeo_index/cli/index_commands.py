@@ -49,7 +49,7 @@ def build(
     --numbers and --profile are recorded with the catalog (a rebuild without them keeps the recorded ones):
     resolve, normalize and serve of the index use them unless told otherwise.
     """
-    from mgeo_index.build import build as run_build
+    from mgeo_index.catalog.build import build as run_build
 
     with friendly_errors(), progress() as bar:
         result = run_build(
@@ -78,7 +78,7 @@ def add(
 
     Example: mgeo-index add delta.csv --index-dir idx
     """
-    from mgeo_index.update import add as run_add
+    from mgeo_index.catalog.update import add as run_add
 
     with friendly_errors(), progress() as bar:
         result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=stage_progress(bar),
@@ -100,7 +100,7 @@ def remove(
 
     Example: mgeo-index remove --ids P0001 --ids P0002 --index-dir idx
     """
-    from mgeo_index.update import read_ids_file, remove as run_remove
+    from mgeo_index.catalog.update import read_ids_file, remove as run_remove
 
     with friendly_errors():
         wanted = list(ids or []) + (read_ids_file(file) if file is not None else [])
@@ -117,14 +117,14 @@ def remove(
 
 def gc(
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
-    keep: Annotated[int, typer.Option("--keep", min=1, help="Generations to keep, the current one included.")] = LibraryDefault("mgeo_index.generations", "KEEP_GENERATIONS"),
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Generations to keep, the current one included.")] = LibraryDefault("mgeo_index.catalog.generations", "KEEP_GENERATIONS"),
     db: Db = None,
 ) -> None:
     """Delete old index generations (files and rows), files of interrupted writes and retired entries no kept generation returns.
 
     Example: mgeo-index gc --index-dir idx --keep 3
     """
-    from mgeo_index.update import gc as run_gc
+    from mgeo_index.catalog.update import gc as run_gc
 
     with friendly_errors():
         result = run_gc(index_dir, db=db, keep=keep)
@@ -146,7 +146,7 @@ def check(
 
     Example: mgeo-index check --index-dir idx --repair
     """
-    from mgeo_index import update
+    from mgeo_index.catalog import update
 
     with friendly_errors():
         before = update.check(index_dir, db=db)

@@ -41,7 +41,7 @@ Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
     "labelled together by the model's group head."))]
 AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
 QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
-# where build and add parse and embed (mgeo_index.build_engines)
+# where build and add parse and embed (mgeo_index.catalog.build_engines)
 BuildEngineName = Annotated[str, typer.Option("--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
 RayAddress = Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join with --engine ray: HOST:PORT of its head, ray://HOST:10001 or auto \\[default: a local Ray on this machine].")]
 Workers = Annotated[int | None, typer.Option("--workers", min=1, help="Ray actors per step with --engine ray (each loads the model once) \\[default: CPU count locally, 1 on a cluster].")]
@@ -54,7 +54,7 @@ class LibraryDefault:
     """An option default that is a library constant, read when first needed — a run without the option, or
     the command's ``--help`` — so that defining the command imports nothing. (The normalize defaults live in
     :mod:`mgeo_index.normalize`, whose import loads the store, SQLAlchemy and Alembic: a second on every
-    ``mgeo-index --help``; gc's in :mod:`mgeo_index.generations`, which loads FAISS.) Click calls a callable
+    ``mgeo-index --help``; gc's in :mod:`mgeo_index.catalog.generations`, which loads FAISS.) Click calls a callable
     default; typer's help shows its ``str``.
     """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from mgeo_index.crashpoints import crashpoint
+from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.files import replace_atomic
 
 NGRAMS = (2, 3)

@@ -257,7 +257,7 @@ def run_bench(
     import random
 
     from mgeo_index import settings
-    from mgeo_index.catalog import read_catalog
+    from mgeo_index.catalog.reader import read_catalog
     from mgeo_index.measure.evaluate import read_labeled_pairs
     from mgeo_index.model.loading import load_bi, load_cross
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index.runtime import inference
-from mgeo_index.catalog import CatalogError, detect_encoding, open_text
+from mgeo_index.catalog.reader import CatalogError, detect_encoding, open_text
 from mgeo_index.measure.metrics import classification_report, expected_calibration_error, retrieval_report
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize

@@ -1,4 +1,4 @@
-"""A normalize job's input: CSV/TSV (read by :mod:`mgeo_index.catalog`) or Parquet, in chunks of
+"""A normalize job's input: CSV/TSV (read by :mod:`mgeo_index.catalog.reader`) or Parquet, in chunks of
 records, each record valid (its address) or rejected (the reason), and the input's fingerprint."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgeo_index.catalog import (
+from mgeo_index.catalog.reader import (
     CatalogError,
     CatalogReader,
     _resolve_column,

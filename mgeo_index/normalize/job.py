@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mgeo_index import settings, store
-from mgeo_index.crashpoints import crashpoint
+from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
 from mgeo_index.normalize.policy import (
@@ -106,7 +106,7 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None, profile:
     """What a job's rows depend on besides the input: the index build and both models'
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
     refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
-    from mgeo_index.generations import read_descriptor
+    from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.model.loading import check_index_model, index_cross_model, index_model_path
     from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
 
@@ -298,7 +298,7 @@ def run_job(
 def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None) -> tuple[str, str]:
     """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
     defaults (:func:`mgeo_index.resolver.index_numbers`, :func:`mgeo_index.settings.profile`)."""
-    from mgeo_index.generations import read_descriptor
+    from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.resolver import index_numbers
 
     eng = store.connect(db_url)

@@ -10,7 +10,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import generations, settings
+from mgeo_index import settings
+from mgeo_index.catalog import generations
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission

@@ -29,7 +29,7 @@ import numpy as np
 
 from mgeo_index import files, settings, store
 from mgeo_index.index import faiss_index, sparse as sparse_index, vector_store
-from mgeo_index.crashpoints import crashpoint
+from mgeo_index.catalog.crashpoints import crashpoint
 
 DESCRIPTOR = "index.json"
 KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
@@ -275,12 +275,12 @@ def publish(
     generation: retired entries' vectors are removed, live entries without one are embedded.
     ``vector_store_url``: where the new generation's vectors go (:mod:`vector_store`; ``faiss`` for files in
     the index directory); None keeps the current generation's store (``index.json``'s before the first).
-    ``build_engine``: what embeds them, batch by batch (:mod:`mgeo_index.build_engines`; default: this
+    ``build_engine``: what embeds them, batch by batch (:mod:`mgeo_index.catalog.build_engines`; default: this
     process on ``device``); everything else stays here, in this order.
     """
     import time
 
-    from mgeo_index.build_engines import BuildEngine
+    from mgeo_index.catalog.build_engines import BuildEngine
 
     progress = on_progress or (lambda *_: None)
     build_engine = build_engine or BuildEngine(device)

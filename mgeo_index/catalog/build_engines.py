@@ -1,5 +1,5 @@
-"""Where a build's two heavy steps are computed: parsing entries into elements (:mod:`mgeo_index.build`)
-and embedding the live entries that have no vector (:func:`mgeo_index.generations.publish`). Picked by
+"""Where a build's two heavy steps are computed: parsing entries into elements (:mod:`mgeo_index.catalog.build`)
+and embedding the live entries that have no vector (:func:`mgeo_index.catalog.generations.publish`). Picked by
 name (``build --engine local|ray``, also ``add``):
 
 - ``local`` (:class:`BuildEngine`): this process; on a CPU with several threads (torch's thread count), that many

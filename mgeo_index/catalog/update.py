@@ -1,7 +1,7 @@
 """Incremental catalog changes and index maintenance: `add`, `remove`, `gc`, `check [--repair]`.
 
 Each writer takes the index directory's writer lock, commits its row changes, then publishes a new
-generation (:mod:`mgeo_index.generations`) derived from the current one, so only new or changed
+generation (:mod:`mgeo_index.catalog.generations`) derived from the current one, so only new or changed
 entries are embedded.  Every command can be re-run after an interruption and then completes.
 """
 from __future__ import annotations
@@ -10,10 +10,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgeo_index import generations, settings, store
+from mgeo_index import settings, store
+from mgeo_index.catalog import generations
 from mgeo_index.runtime import backends
-from mgeo_index.build import BuildResult, Progress, build
-from mgeo_index.locking import writer_lock
+from mgeo_index.catalog.build import BuildResult, Progress, build
+from mgeo_index.catalog.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 
 
@@ -79,7 +80,7 @@ def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None,
     """Apply a delta file to an existing catalog: new ids are added, ids whose address changed are updated
     (re-embedded), unchanged rows cost nothing.  The file is read like the catalog (same column names).
     ``engine``, ``ray_address``, ``workers``, ``gpus_per_worker``: where the new entries are parsed and
-    embedded, as for :func:`mgeo_index.build.build`."""
+    embedded, as for :func:`mgeo_index.catalog.build.build`."""
     index_dir = Path(index_dir)
     store_engine, _, catalog, catalog_id, generation = _open(index_dir, db)
     try:

@@ -5,7 +5,7 @@ which alone is embedded); :func:`generations.publish` then writes the new genera
 current one and moves the pointer in one transaction, so a reader never sees half an index and a crash
 or Ctrl-C loses nothing: rows already stored stay, and re-running the command finishes the job.
 
-Parsing and embedding are computed by an engine (:mod:`mgeo_index.build_engines`: this process, or a Ray
+Parsing and embedding are computed by an engine (:mod:`mgeo_index.catalog.build_engines`: this process, or a Ray
 Data actor pool); this module and :func:`generations.publish` keep every store write, the generation
 switch and the crash points, in the same order whichever engine computes.
 """
@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import generations, settings, store
+from mgeo_index import settings, store
+from mgeo_index.catalog import generations
 from mgeo_index.index import faiss_index, vector_store as vector_stores
-from mgeo_index.build_engines import BuildEngine, make_build_engine
-from mgeo_index.catalog import CatalogError, Reject, read_catalog, write_rejects
+from mgeo_index.catalog.build_engines import BuildEngine, make_build_engine
+from mgeo_index.catalog.reader import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.files import writable
-from mgeo_index.locking import writer_lock
+from mgeo_index.catalog.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
 from mgeo_index.text import has_content, normalize
 
@@ -150,10 +151,10 @@ def build(
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
-    ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.update.add`).
+    ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.catalog.update.add`).
     ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.index.vector_store`: ``faiss`` files in the
     index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
-    ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.build_engines`): ``local`` (this
+    ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.catalog.build_engines`): ``local`` (this
     process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at
     ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
@@ -161,7 +162,7 @@ def build(
     ``profile``: the profile recorded with the catalog (``default`` / ``accurate``: which bundled cross-encoder its
     queries rerank with unless told otherwise); None keeps the catalog's.
     A directory that holds files mgeo-index did not write is refused unless ``force``
-    (:func:`mgeo_index.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
+    (:func:`mgeo_index.catalog.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
     if numbers is not None:
         from mgeo_index.model.numbers import check_mode
