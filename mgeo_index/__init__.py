@@ -12,8 +12,7 @@ __version__ = "0.1.0"
 __all__ = ["AddressIndex", "Element", "Match", "MatchResult", "Parse", "__version__", "match_pairs", "parse"]
 
 _LAZY = {"AddressIndex": "mgeo_index.api", "parse": "mgeo_index.api", "match_pairs": "mgeo_index.api",
-         "Match": "mgeo_index.results", "MatchResult": "mgeo_index.results", "Parse": "mgeo_index.results",
-         "Element": "mgeo_index.results"}
+         **dict.fromkeys(("Match", "MatchResult", "Parse", "Element"), "mgeo_index.query.results")}
 
 
 def __getattr__(name: str):

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from mgeo_index import settings
-from mgeo_index.results import Element, Match, MatchResult, Parse
+from mgeo_index.query.results import Element, Match, MatchResult, Parse
 
 if TYPE_CHECKING:  # heavy imports only when used
     import pandas as pd
 
     from mgeo_index.catalog.build import BuildResult
-    from mgeo_index.resolver import Resolver
+    from mgeo_index.query.resolver import Resolver
 
 __all__ = ["AddressIndex", "parse", "match_pairs"]
 
@@ -55,7 +55,7 @@ def match_pairs(cross, pairs: Sequence[tuple[str, str]], *, device: str | None =
     ``grouped``: consecutive pairs sharing ``a`` are one query's candidates, labelled together (as ``match``
     does with a file); ``numbers``: ``strict`` (two addresses writing different numbers for the same element are
     never ``exact_match``) or ``loose`` (the scorer alone) [``MGEO_INDEX_NUMBERS``, else strict]."""
-    from mgeo_index.match import score_sides
+    from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text, printable
 
     a, b = [model_text(x) for x, _ in pairs], [model_text(y) for _, y in pairs]
@@ -104,7 +104,7 @@ class AddressIndex:
         ``accurate``, which bundled cross-encoder reranks (default: ``MGEO_INDEX_PROFILE``, the index's, accurate on
         a CUDA device, else default).
         """
-        from mgeo_index.resolver import open_resolver
+        from mgeo_index.query.resolver import open_resolver
 
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                  rerank=rerank, backend=backend, numbers=numbers, profile=profile)
@@ -244,6 +244,6 @@ class AddressIndex:
         return update.check(self.index_dir, db=self.db)
 
     def _reopen(self) -> None:
-        from mgeo_index.resolver import reopen
+        from mgeo_index.query.resolver import reopen
 
         self._resolver = reopen(self._resolver, self.index_dir, db=self.db)

@@ -53,7 +53,7 @@ def ensure_index(index_dir: Path | None, work: Path, device: str) -> Path:
 
 def throughput(args) -> None:
     from mgeo_index.normalize import normalize_file
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
-from mgeo_index.match import score_sides
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.match import score_sides
+from mgeo_index.query.resolver import open_resolver
 from mgeo_index.text import model_text
 from mgeo_index.training import data
 

@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 
 CHUNK = 256
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import resolver as resolving
+from mgeo_index.query import resolver as resolving
 from mgeo_index.runtime import inference
 from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads

@@ -46,7 +46,7 @@ try:
     from mgeo_index.normalize import normalize_file
 except ImportError:  # releases before the normalize package
     from mgeo_index.jobs import normalize_file
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 try:
     from mgeo_index.runtime import inference as engine
 except ImportError:
@@ -78,7 +78,7 @@ print(json.dumps({"rows": result.rows, "seconds": time.perf_counter() - started,
 LATENCY = r"""
 import json, sys, time
 import numpy as np
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 queries = json.loads(sys.argv[2])
 profile = {"profile": sys.argv[3]} if len(sys.argv) > 3 else {}  # releases before profiles take none
 resolver = open_resolver(sys.argv[1], device="cpu", **profile)

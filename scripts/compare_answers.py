@@ -28,7 +28,7 @@ import json, sys
 sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", type(f).__name__) != "_EditableFinder"]
 import os, mgeo_index
 assert os.path.realpath(mgeo_index.__file__).startswith(os.path.realpath(os.environ["PYTHONPATH"]) + os.sep), mgeo_index.__file__
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 index_dir, queries_file, out, top_k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 queries = json.loads(open(queries_file, encoding="utf-8").read())
 resolver = open_resolver(index_dir, device="cpu")

@@ -140,7 +140,7 @@ def direct_costs(index_dir: Path, addresses: list[str], n: int, top_k: int, rera
     Warm-up uses other addresses than the timed ones; single and batched rounds alternate (each round
     first sees the queries' parser caches in the state the previous round left) and the best round of
     each is kept."""
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     queries = addresses[: max(len(addresses) - 2 * batch, 0)][:n]
     warm = addresses[len(queries) :][: 2 * batch]

@@ -8,7 +8,7 @@ import pytest
 
 import mgeo_index
 from mgeo_index import AddressIndex, Match, MatchResult, Parse, parse
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 
 
 @pytest.fixture(scope="module")

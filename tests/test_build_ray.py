@@ -30,7 +30,7 @@ from mgeo_index import ray_pool, settings, store  # noqa: E402
 from mgeo_index.catalog.build import build  # noqa: E402
 from mgeo_index.catalog.generations import catalog_state  # noqa: E402
 from mgeo_index.cli import app  # noqa: E402
-from mgeo_index.resolver import open_resolver  # noqa: E402
+from mgeo_index.query.resolver import open_resolver  # noqa: E402
 from mgeo_index.catalog.update import add, check  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Ray start-up and actor pools: tens of seconds

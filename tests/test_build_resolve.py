@@ -7,7 +7,7 @@ from mgeo_index import settings, store
 from mgeo_index.catalog import build as build_mod, generations
 from mgeo_index.index import faiss_index
 from mgeo_index.catalog.build import build
-from mgeo_index.resolver import ModelMismatch, open_resolver
+from mgeo_index.query.resolver import ModelMismatch, open_resolver
 from mgeo_index.text import model_text
 from mgeo_index.text.parser import parser_version
 from conftest import copy_index
@@ -206,7 +206,7 @@ def test_explain_uses_parsed_elements_and_inferred_admin_levels(built):
 
 
 def test_parses_handed_to_resolve_give_the_same_answers_and_are_not_parsed_again(built, monkeypatch):
-    from mgeo_index import resolver as resolving
+    from mgeo_index.query import resolver as resolving
     from mgeo_index.text.parser import parse
 
     index_dir, _ = built
@@ -301,7 +301,7 @@ def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_
 def test_a_query_without_an_admin_part_is_searched_once_for_its_core(built, monkeypatch):
     """Hybrid retrieval also searches each query's text below its admin levels; where there is none, that text is
     the query itself, so its first search's answer is reused (same candidates, one n-gram search fewer)."""
-    from mgeo_index.features import without_admin
+    from mgeo_index.query.features import without_admin
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)

@@ -12,7 +12,7 @@ from killed_writer import killed_writer
 from mgeo_index import settings, store
 from mgeo_index.catalog.build import build
 from mgeo_index.catalog.crashpoints import POINTS
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 from mgeo_index.catalog.update import add, check, gc
 
 pytestmark = pytest.mark.slow  # every test kills a writer process and re-runs it

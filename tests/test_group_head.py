@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mgeo_index import settings
-from mgeo_index.match import match_file, score_sides
+from mgeo_index.query.match import match_file, score_sides
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.group_head import GroupHead, group_features, runs, train_booster

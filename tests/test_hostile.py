@@ -20,9 +20,9 @@ from hostile import assert_clean_reply, hostile_csv, hostile_json_bodies, hostil
 from mgeo_index import settings, store
 from mgeo_index.catalog.build import build
 from mgeo_index.catalog.reader import CatalogError, read_catalog
-from mgeo_index.match import match_file
+from mgeo_index.query.match import match_file
 from mgeo_index.model.cross_encoder import load_cross_encoder
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 from mgeo_index.catalog.update import check
 from conftest import copy_index
 

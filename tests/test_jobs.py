@@ -256,7 +256,7 @@ def test_ambiguous_margin(index_dir, tmp_path):
 def test_the_backend_is_a_job_parameter_not_process_state(index_dir, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from mgeo_index import resolver as resolver_mod
+    from mgeo_index.query import resolver as resolver_mod
     from mgeo_index.cli import app
 
     monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)

@@ -21,7 +21,7 @@ from mgeo_index.index import faiss_index
 from mgeo_index.catalog.build import build
 from mgeo_index.cli import app
 from mgeo_index.catalog.locking import Locked, writer_lock
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 from mgeo_index.catalog.update import add, check, gc, remove, repair
 
 LINES = settings.SAMPLE_CATALOG.read_text(encoding="utf-8").splitlines()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mgeo_index import settings
-from mgeo_index.features import compare_parsed, explain, number_conflicts, numbers_agree
-from mgeo_index.match import score_sides
+from mgeo_index.query.features import compare_parsed, explain, number_conflicts, numbers_agree
+from mgeo_index.query.match import score_sides
 from mgeo_index.model import numbers
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
@@ -152,7 +152,7 @@ def numbered_index(tmp_path_factory):
 
 
 def test_each_number_resolves_to_its_own_entry_and_the_others_rank_below(numbered_index):
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     index_dir, rows = numbered_index
     resolver = open_resolver(index_dir, device="cpu")
@@ -182,7 +182,7 @@ def test_the_policy_is_recorded_with_the_index_and_a_command_or_the_environment_
     import json
     import shutil
 
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
     index_dir = shutil.copytree(numbered_index[0], tmp_path / "idx")

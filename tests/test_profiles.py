@@ -6,7 +6,7 @@ import torch
 
 from mgeo_index import settings
 from mgeo_index.model.cross_encoder import load_cross_encoder
-from mgeo_index.resolver import open_resolver
+from mgeo_index.query.resolver import open_resolver
 from conftest import copy_index
 
 

@@ -27,7 +27,7 @@ from mgeo_index import settings  # noqa: E402
 from mgeo_index.catalog import build as build_mod
 from mgeo_index.runtime import inference
 from mgeo_index.cli import app as cli_app  # noqa: E402
-from mgeo_index.resolver import open_resolver  # noqa: E402
+from mgeo_index.query.resolver import open_resolver  # noqa: E402
 from mgeo_index.service import loader  # noqa: E402
 from mgeo_index.service.app import ServeConfig, create_app  # noqa: E402
 from mgeo_index.service.cache import LRUCache, RedisCache, cache_key, open_cache  # noqa: E402

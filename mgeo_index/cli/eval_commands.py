@@ -130,7 +130,7 @@ def eval_retrieval(
     Example: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --index-dir ccks-index
     """
     from mgeo_index.measure.evaluate import evaluate_retrieval, read_gold_queries
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     with friendly_errors():
         texts, gold = read_gold_queries(queries, split)

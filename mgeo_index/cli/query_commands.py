@@ -136,7 +136,7 @@ def match(
 
     Example: mgeo-index match --file pairs.tsv --out scored.tsv
     """
-    from mgeo_index.match import match_file
+    from mgeo_index.query.match import match_file
     from mgeo_index.model.loading import load_cross
 
     with friendly_errors():

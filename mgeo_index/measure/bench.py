@@ -284,7 +284,7 @@ def run_bench(
         labeled = read_labeled_pairs(pairs, split) if pairs is not None else None
         report["backends"] = bench_backends(names, texts, shuffled, model=model, cross_model=cross_model, pairs=labeled)
     if index_dir is not None:
-        from mgeo_index.resolver import open_resolver
+        from mgeo_index.query.resolver import open_resolver
 
         sample = [t[2:] for t in rng.sample(texts, min(queries, len(texts)))]
         report["resolve"] = {}
@@ -434,7 +434,7 @@ def bench_built_resolve(index_dir: str | Path, catalog: str | Path, *, queries: 
     from opening it and answering them: models, n-gram matrix, index), all of it and its own (anonymous) part."""
     import random
 
-    from mgeo_index.resolver import open_resolver
+    from mgeo_index.query.resolver import open_resolver
 
     with open(catalog, encoding="utf-8") as fh:
         texts = [line.rstrip("\n").split("\t", 1)[1] for line in fh.readlines()[1:]]

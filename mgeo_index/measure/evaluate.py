@@ -69,9 +69,9 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
                    grouped: bool = True, numbers: str | None = None) -> dict:
     """The report of ``mgeo-index eval pairs``; ``grouped``: consecutive pairs sharing their first address are a
     query's candidates, labelled together by the model's group head (:mod:`mgeo_index.model.group_head`), as
-    ``mgeo-index match`` does (the same :func:`mgeo_index.match.score_sides`); False: every pair alone.
+    ``mgeo-index match`` does (the same :func:`mgeo_index.query.match.score_sides`); False: every pair alone.
     ``numbers``: the number policy (:mod:`mgeo_index.model.numbers`)."""
-    from mgeo_index.match import score_sides
+    from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text
 
     probs, decided, _ = score_sides(cross, [model_text(x) for x in a], [model_text(y) for y in b], device=device,
@@ -91,8 +91,8 @@ def evaluate_numbers(cross, pairs: dict[str, list[tuple[str, str, str]]], *, dev
     ``changed`` (one number changed: another place) and ``controls`` (the same place written otherwise), each with
     its pairs, the share labelled ``exact_match`` overall and by kind, and the share whose parses report a number
     conflict (for the controls: conflicts that are not one)."""
-    from mgeo_index.features import number_conflicts, parse_distinct
-    from mgeo_index.match import score_sides
+    from mgeo_index.query.features import number_conflicts, parse_distinct
+    from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text
 
     exact = cross.labels.index("exact_match")

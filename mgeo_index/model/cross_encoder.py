@@ -4,7 +4,7 @@ A Hugging Face sequence-classification checkpoint with three labels, plus a mani
 the maximum pair length and the calibration temperature fitted on a held-out split.
 
 Optionally a *stacked* scorer: a small feature head over structured agreement features
-(:mod:`mgeo_index.features`: which admin levels, road, number, building, POI agree, n-gram and
+(:mod:`mgeo_index.query.features`: which admin levels, road, number, building, POI agree, n-gram and
 edit-distance similarities) whose logits are combined with the network's:
 ``logits = alpha * network_logits + beta * feature_logits + bias``, the three combination
 parameters fitted on the held-out calibration split (they subsume the temperature).
@@ -152,8 +152,8 @@ class CrossEncoder(torch.nn.Module):
     def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
                        features: np.ndarray | None = None) -> torch.Tensor:
         """Combine network logits (B, 3) with the feature head's logits for the same pairs
-        (``features``: their :func:`~mgeo_index.features.pair_features_batch`, when already computed)."""
-        from mgeo_index.features import pair_features_batch
+        (``features``: their :func:`~mgeo_index.query.features.pair_features_batch`, when already computed)."""
+        from mgeo_index.query.features import pair_features_batch
 
         if features is None:
             features = pair_features_batch(first, second)
@@ -229,7 +229,7 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
         temperature=float(manifest.get("temperature", 1.0)),
     )
     if stacked and manifest.get("stack"):
-        from mgeo_index.features import FEATURE_NAMES
+        from mgeo_index.query.features import FEATURE_NAMES
         from mgeo_index.text.parser import parser_version
 
         refit = f"refit it: python scripts/recalibrate.py --model {path}"
@@ -253,7 +253,7 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
                              f"found {policy!r}.")
         cross.number_policy = policy
     if stacked and group_head and manifest.get("group_head") and cross.feature_head is not None:  # stacks the feature head's logits
-        from mgeo_index.features import FEATURE_NAMES
+        from mgeo_index.query.features import FEATURE_NAMES
 
         check_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))  # refused now, read when first used
         cross._group_head_loader = partial(load_group_head, path, manifest["group_head"], labels, len(FEATURE_NAMES))

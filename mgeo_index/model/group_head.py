@@ -6,7 +6,7 @@ label than the pair alone does: the best of the lot is likelier the exact match,
 candidates tend to share a label. The group head:
 
 1. describes each pair within its run (:func:`group_features`): its pair features
-   (:data:`mgeo_index.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
+   (:data:`mgeo_index.query.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
    candidates, whether it is the run's best on each, log(run length), and how alike its candidate is to the
    run's other candidates (character 2-gram Jaccard: the largest, the mean, how many above 0.6);
 2. scores that with gradient-boosted trees (LightGBM: :func:`train_booster`, on the train split of every
@@ -174,7 +174,7 @@ def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, fe
     """(probabilities (n, 3) in ``cross.labels`` order, decided label indices) of pairs listed run by run (a
     run: consecutive pairs with the same query), by ``cross``'s group head."""
     from mgeo_index.runtime import inference
-    from mgeo_index.features import pair_features_batch
+    from mgeo_index.query.features import pair_features_batch
 
     head: GroupHead = cross.group_head
     if not len(queries):

@@ -5,7 +5,7 @@ swapped digit) and CCKS2021, its training data, is POI matching where numbers ar
 number is the door. So the decision does not leave it to the scorer:
 
 - **strict** (default): when both sides write a road number, building, floor, unit or room and no number of one
-  side agrees with the other's (:func:`mgeo_index.features.number_conflicts`: equal values, 88号院 ~ 88号, a range
+  side agrees with the other's (:func:`mgeo_index.query.features.number_conflicts`: equal values, 88号院 ~ 88号, a range
   4-6号 holding 5号; Chinese and full-width numerals are digits after normalization), the pair's label is never
   ``exact_match``. Its probabilities are those of pairs with such a conflict: P(exact_match) is the share of
   ``exact_match`` among the conflicting pairs of the calibration split (label noise and POIs written with another
@@ -36,8 +36,8 @@ UNFITTED = {"exact_match": 0.037, "partial_vs_not": 0.0}
 
 
 def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> np.ndarray:
-    """Per pair of parses: whether their numbers conflict (:func:`mgeo_index.features.number_conflicts`)."""
-    from mgeo_index.features import number_conflicts
+    """Per pair of parses: whether their numbers conflict (:func:`mgeo_index.query.features.number_conflicts`)."""
+    from mgeo_index.query.features import number_conflicts
 
     return np.array([bool(number_conflicts(a, b)) for a, b in zip(parsed_a, parsed_b)], dtype=bool)
 

@@ -105,7 +105,7 @@ class Engine:
 def index_identity(index_dir: str | Path, model=None, cross_model=None, profile: str | None = None) -> dict[str, Any]:
     """What a job's rows depend on besides the input: the index build and both models'
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
-    refusal as :func:`mgeo_index.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
+    refusal as :func:`mgeo_index.query.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
     from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.model.loading import check_index_model, index_cross_model, index_model_path
     from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
@@ -217,9 +217,9 @@ def run_job(
     ``backend``: the inference backend of the job's resolvers, already checked by the caller (default:
     the engine's resolver's, else ``settings.backend`` for the engine's device).
     ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
-    (strict / loose; default the index's, :func:`mgeo_index.resolver.index_numbers`), recorded with the job.
+    (strict / loose; default the index's, :func:`mgeo_index.query.resolver.index_numbers`), recorded with the job.
     ``profile``: which bundled cross-encoder reranks (default: the index's, see
-    :func:`mgeo_index.resolver.open_resolver`); the job records the cross-encoder it ran with. ``raw_values``: CSV
+    :func:`mgeo_index.query.resolver.open_resolver`); the job records the cross-encoder it ran with. ``raw_values``: CSV
     cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
     :mod:`mgeo_index.tables`).
     """
@@ -297,9 +297,9 @@ def run_job(
 
 def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None) -> tuple[str, str]:
     """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
-    defaults (:func:`mgeo_index.resolver.index_numbers`, :func:`mgeo_index.settings.profile`)."""
+    defaults (:func:`mgeo_index.query.resolver.index_numbers`, :func:`mgeo_index.settings.profile`)."""
     from mgeo_index.catalog.generations import read_descriptor
-    from mgeo_index.resolver import index_numbers
+    from mgeo_index.query.resolver import index_numbers
 
     eng = store.connect(db_url)
     try:

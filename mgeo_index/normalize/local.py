@@ -16,7 +16,7 @@ def local_engine(*, device: str | None = None, resolver=None) -> Engine:
     def outcomes(chunks: Iterator[Chunk], resolving: Resolving) -> Iterator[tuple[Chunk, list[dict]]]:
         opened = resolver
         if opened is None:
-            from mgeo_index.resolver import open_resolver
+            from mgeo_index.query.resolver import open_resolver
 
             opened = open_resolver(resolving.index_dir, db=resolving.db, model=resolving.model,
                                    cross_model=resolving.cross_model, device=device, backend=resolving.backend)

@@ -49,7 +49,7 @@ class ResolveBatch:
 
     def __init__(self, index_dir: str, db: str | None, model: str, cross_model: str, device: str,
                  backend: str | None, min_probability: float, margin: float, top_k: int) -> None:
-        from mgeo_index.resolver import open_resolver
+        from mgeo_index.query.resolver import open_resolver
 
         self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                       backend=backend)

@@ -184,7 +184,7 @@ def score_pairs(
 ) -> np.ndarray:
     """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order.
 
-    ``features``: the pairs' :func:`~mgeo_index.features.pair_features_batch` rows, if the caller has them
+    ``features``: the pairs' :func:`~mgeo_index.query.features.pair_features_batch` rows, if the caller has them
     (a stacked cross-encoder needs them; computed here otherwise)."""
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
@@ -200,7 +200,7 @@ def score_pairs(
     if stacked and getattr(cross, "gate", None) is not None:
         # the cascade: pairs the feature-only scorer decides clearly keep its probabilities; the network
         # scores the others
-        from mgeo_index.features import pair_features_batch
+        from mgeo_index.query.features import pair_features_batch
 
         if features is None:
             features = pair_features_batch(list(queries), list(candidates))
@@ -250,7 +250,7 @@ def component_logits(cross, queries: Sequence[str], candidates: Sequence[str], *
     network = network_logits(cross, queries, candidates, device=device)
     if getattr(cross, "feature_head", None) is None:
         return [network]
-    from mgeo_index.features import pair_features_batch
+    from mgeo_index.query.features import pair_features_batch
 
     if features is None:
         features = pair_features_batch(list(queries), list(candidates))
@@ -268,7 +268,7 @@ def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[
     network = kernels.softmax(logits, temperature=cross.temperature).numpy()
     if getattr(cross, "feature_head", None) is None:
         return network, None
-    from mgeo_index.features import pair_features_batch
+    from mgeo_index.query.features import pair_features_batch
 
     if features is None:
         features = pair_features_batch(list(queries), list(candidates))

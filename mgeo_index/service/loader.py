@@ -13,7 +13,7 @@ from pathlib import Path
 from mgeo_index import settings
 from mgeo_index.catalog import generations
 from mgeo_index.model import numbers as number_policy
-from mgeo_index.resolver import Resolver, open_resolver
+from mgeo_index.query.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission
 from mgeo_index.text import model_text
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from mgeo_index.runtime import inference
-from mgeo_index.features import FEATURE_NAMES, pair_features_batch
+from mgeo_index.query.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -255,11 +255,11 @@ def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> N
 def fit_number_policy(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> dict:
     """Set ``cross.number_policy`` (:mod:`mgeo_index.model.numbers`) from the pairs of held-out (a, b, LABELS
     index) ``examples`` whose numbers conflict: P(exact_match) their share of ``exact_match`` (add-one smoothed),
-    and the factor on the scorer's partial / not odds (as :func:`mgeo_index.match.score_sides` gives them pair by
+    and the factor on the scorer's partial / not odds (as :func:`mgeo_index.query.match.score_sides` gives them pair by
     pair under ``loose``) by likelihood on those labelled partial or not. With fewer than 50 conflicting pairs
     the policy keeps its defaults (``cross.number_policy`` None). Returns what was fitted, on how many pairs."""
-    from mgeo_index.features import parse_distinct
-    from mgeo_index.match import score_sides
+    from mgeo_index.query.features import parse_distinct
+    from mgeo_index.query.match import score_sides
     from mgeo_index.model import numbers
 
     a, b = [normalize(x) for x, _, _ in examples], [normalize(y) for _, y, _ in examples]

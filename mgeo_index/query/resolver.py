@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mgeo_index import features, settings, store
+from mgeo_index import settings, store
+from mgeo_index.query import features
 from mgeo_index.catalog import generations
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference, kernels

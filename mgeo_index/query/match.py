@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgeo_index import features, files
+from mgeo_index import files
+from mgeo_index.query import features
 from mgeo_index.runtime import inference
 from mgeo_index.catalog.reader import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import group_head
