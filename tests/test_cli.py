@@ -291,7 +291,7 @@ def test_bad_paths_and_options_are_one_clear_line(index_dir, tmp_path):
     assert "--out must not be the input file" in said(run("match", "--file", pairs, "--out", pairs))
     assert pairs.read_text(encoding="utf-8").startswith("a\tb\n")  # untouched
     assert "does not exist or is not a file" in said(run("parse", "--file", tmp_path / "nope.txt"))
-    assert "--split must be one of dev, calib, train, all" in said(run("eval", "pairs", pairs, "--split", "foo"))
+    assert "--split must be one of holdout, dev, calib, train, all" in said(run("eval", "pairs", pairs, "--split", "foo"))
     empty = tmp_path / "ids.txt"
     empty.write_text("\n")
     assert "holds no ids" in said(run("remove", "--file", empty, "--index-dir", index_dir))

@@ -86,3 +86,67 @@ def test_eval_pairs_json_and_reliability_plot(tmp_path):
     assert report["accuracy"] >= 0.9  # identical vs unrelated addresses: the shipped model must get these
     assert 0 <= report["ece"] <= 1
     assert plot.stat().st_size > 1000
+
+
+def test_splits_are_disjoint_stable_and_sized_as_documented():
+    from collections import Counter
+
+    from mgeo_index.measure.splits import SPLITS, split_of
+
+    groups = [f"q{i}" for i in range(20000)]
+    shares = Counter(split_of(g) for g in groups)
+    assert set(shares) == set(SPLITS)
+    for name, share in (("holdout", 0.07), ("dev", 0.08), ("calib", 0.05), ("train", 0.80)):
+        assert abs(shares[name] / len(groups) - share) < 0.01, (name, shares)
+    assert [split_of(g) for g in groups[:50]] == [split_of(g) for g in groups[:50]]
+
+
+def _pairs_in_splits(tmp_path, splits=("dev", "holdout"), per_split=20):
+    """A CCKS-style file whose queries fall in ``splits`` (chosen by their query_id's split), plus train rows."""
+    from mgeo_index.measure.splits import split_of
+
+    rows = _sample_rows()
+    wanted = {name: [] for name in (*splits, "train")}
+    i = 0
+    while any(len(v) < per_split for v in wanted.values()):
+        part = split_of(f"q{i}")
+        if part in wanted and len(wanted[part]) < per_split:
+            wanted[part].append(f"q{i}")
+        i += 1
+    lines = ["query_id\tquery\tcandidate\tlabel"]
+    for n, qid in enumerate(q for ids in wanted.values() for q in ids):
+        address = rows[n]["address"]
+        lines.append(f"{qid}\t{address}\t{address}\texact_match")
+        lines.append(f"{qid}\t{address}\t{rows[(n + 97) % len(rows)]['address']}\tnot_match")
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, wanted
+
+
+def test_eval_pairs_measures_dev_and_holdout_side_by_side(tmp_path):
+    path, wanted = _pairs_in_splits(tmp_path)
+    result = runner.invoke(app, ["eval", "pairs", str(path), "--split", "dev,holdout", "--json", "--pairwise"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.output)
+    assert list(reports) == ["dev", "holdout"]
+    assert all(r["n"] == 2 * len(wanted[name]) for name, r in reports.items())  # train rows left out
+    alone = json.loads(runner.invoke(app, ["eval", "pairs", str(path), "--split", "holdout", "--json",
+                                           "--pairwise"]).output)
+    assert alone == reports["holdout"]  # the same figures as measured alone
+    table = runner.invoke(app, ["eval", "pairs", str(path), "--split", "dev,holdout", "--pairwise"],
+                          env={"COLUMNS": "120"})
+    assert table.exit_code == 0 and "dev (40 pairs)" in table.output and "holdout (40 pairs)" in table.output
+    bad = runner.invoke(app, ["eval", "pairs", str(path), "--split", "dev,test"])
+    assert bad.exit_code != 0 and "not 'test'" in bad.output
+
+
+def test_eval_retrieval_reports_each_split(index_dir, tmp_path):
+    path, wanted = _pairs_in_splits(tmp_path, per_split=8)
+    result = runner.invoke(app, ["eval", "retrieval", str(path), "--split", "dev,holdout", "--index-dir",
+                                 str(index_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.output)
+    assert list(reports) == ["dev", "holdout"]
+    for name, report in reports.items():
+        assert report["queries"] == len(wanted[name]) == 8
+        assert report["reranked"]["recall@10"] == 1.0  # catalog addresses as their own queries

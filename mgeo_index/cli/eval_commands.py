@@ -15,7 +15,7 @@ from mgeo_index.cli.options import (
     RerankDepth, Retrieval, Split,
 )
 from mgeo_index.cli.render import (
-    confusion_table, console, numbers_table, print_bench, profiles_table, report_table, retrieval_table,
+    confusion_table, console, figures_table, numbers_table, print_bench, report_table, retrieval_table,
 )
 
 
@@ -38,40 +38,55 @@ def eval_pairs(
     Example: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --plot reliability.png
 
     Both profiles: mgeo-index eval pairs ../shared/data/pairs/shenzhen_val.tsv.gz --split dev --both-profiles
+
+    Beside the holdout: mgeo-index eval pairs ../shared/data/pairs/ccks2021_train.tsv.gz --split dev,holdout --source round2_train
     """
-    from mgeo_index.measure.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram
+    from mgeo_index.measure.evaluate import evaluate_pairs, read_labeled_pairs, reliability_diagram, split_names
     from mgeo_index.model.loading import load_cross
 
     with friendly_errors():
-        a, b, gold = read_labeled_pairs(file, split, source)
-        if not gold:
-            raise ValueError(f"{file}: no pairs in split {split!r}" + (f" with split_source {source!r}" if source else ""))
+        splits = split_names(split)
+        read = {name: read_labeled_pairs(file, name, source) for name in splits}
+        for name, (_, _, gold) in read.items():
+            if not gold:
+                raise ValueError(f"{file}: no pairs in split {name!r}" + (f" with split_source {source!r}" if source else ""))
         dev = settings.device(device)
         if both and (cross_model is not None or profile is not None):
             raise ValueError("--both-profiles measures the two bundled profiles: leave out --profile and --cross-model")
+        if plot is not None and (both or len(splits) > 1):
+            raise ValueError("--plot draws one profile on one split: leave out --both-profiles or give one --split")
         chosen = settings.PROFILES if both else (settings.profile(profile)[0],)
-        reports = {}
+        reports: dict[str, dict[str, dict]] = {}
         for name in chosen:
-            reports[name] = evaluate_pairs(load_cross(cross_model, device=dev, backend=backend, profile=name), a, b, gold,
-                                           device=dev, grouped=not pairwise, numbers=settings.numbers(numbers))
-        probs = [r.pop("_probs") for r in reports.values()]
-        if plot is not None and not both:
-            reliability_diagram(probs[0], gold, plot)
-    if both:
+            cross = load_cross(cross_model, device=dev, backend=backend, profile=name)
+            reports[name] = {part: evaluate_pairs(cross, a, b, gold, device=dev, grouped=not pairwise,
+                                                  numbers=settings.numbers(numbers))
+                             for part, (a, b, gold) in read.items()}
+        probs = [r.pop("_probs") for by_split in reports.values() for r in by_split.values()]
+        if plot is not None:
+            reliability_diagram(probs[0], read[splits[0]][2], plot)
+    def title(part: str) -> str:
+        return f"{file.name} ({part}{', ' + source if source else ''}, {len(read[part][2])} pairs)"
+
+    if len(chosen) == 1 and len(splits) == 1:
+        report = reports[chosen[0]][splits[0]]
         if as_json:
-            print(json.dumps(reports, ensure_ascii=False))
-        else:
-            console.print(profiles_table(f"{file.name} ({split}{', ' + source if source else ''}, {len(gold)} pairs)",
-                                         reports))
+            print(json.dumps(report, ensure_ascii=False))
+            return
+        console.print(report_table(title(splits[0]), report))
+        console.print(confusion_table(report))
+        if plot is not None:
+            console.print(f"reliability diagram → {escape(str(plot))}")
         return
-    report = reports[chosen[0]]
-    if as_json:
-        print(json.dumps(report, ensure_ascii=False))
+    if as_json:  # {profile: report} for one split, {split: report} for one profile, else {profile: {split: report}}
+        out = ({p: r[splits[0]] for p, r in reports.items()} if len(splits) == 1
+               else reports[chosen[0]] if len(chosen) == 1 else reports)
+        print(json.dumps(out, ensure_ascii=False))
         return
-    console.print(report_table(f"{file.name} ({split}{', ' + source if source else ''}, {len(gold)} pairs)", report))
-    console.print(confusion_table(report))
-    if plot is not None:
-        console.print(f"reliability diagram → {escape(str(plot))}")
+    columns = {(f"{p} · " if len(chosen) > 1 else "") + (f"{s} ({len(read[s][2])} pairs)" if len(splits) > 1 else p): r
+               for p, by_split in reports.items() for s, r in by_split.items()}
+    console.print(figures_table(title(splits[0]) if len(splits) == 1 else f"{file.name}{' (' + source + ')' if source else ''}",
+                                columns))
 
 
 def eval_numbers(
@@ -128,20 +143,23 @@ def eval_retrieval(
     """Recall@1/5/10 and MRR@10 of retrieval alone and after reranking, against gold catalog addresses.
 
     Example: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev --index-dir ccks-index
+
+    Beside the holdout: mgeo-index eval retrieval ../shared/data/pairs/ccks2021_train.tsv.gz --split dev,holdout --index-dir ccks-index
     """
-    from mgeo_index.measure.evaluate import evaluate_retrieval, read_gold_queries
+    from mgeo_index.measure.evaluate import evaluate_retrieval, read_gold_queries, split_names
     from mgeo_index.query.resolver import open_resolver
 
     with friendly_errors():
-        texts, gold = read_gold_queries(queries, split)
+        read = {name: read_gold_queries(queries, name) for name in split_names(split)}
         resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
                                  numbers=numbers, profile=profile)
-        report = evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval, admin_filter=admin_filter,
-                                    rerank_depth=rerank_depth)
-    if as_json:
-        print(json.dumps(report))
+        reports = {name: evaluate_retrieval(resolver, texts, gold, top_k=top_k, retrieval=retrieval,
+                                            admin_filter=admin_filter, rerank_depth=rerank_depth)
+                   for name, (texts, gold) in read.items()}
+    if as_json:  # one split: its report; several: {split: report}
+        print(json.dumps(next(iter(reports.values())) if len(reports) == 1 else reports))
         return
-    console.print(retrieval_table(report, retrieval))
+    console.print(retrieval_table(reports, retrieval))
 
 
 def bench(

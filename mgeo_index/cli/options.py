@@ -35,7 +35,9 @@ Numbers = Annotated[str | None, typer.Option("--numbers", help=(
 RawValues = Annotated[bool, typer.Option("--raw-values", help=(
     "Write every cell as it is. By default a cell that would start a spreadsheet formula (=, +, -, @) is written "
     "with a leading ' so that a spreadsheet shows it as text."))]
-Split = Annotated[str, typer.Option(help="Keep rows of this split of the shared data (dev, calib, train) or all.")]
+Split = Annotated[str, typer.Option(help=(
+    "Keep rows of this split of the shared data: dev (where choices are made), holdout (never used for a choice), "
+    "calib, train, or all; several, comma-separated (dev,holdout), are measured side by side."))]
 Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
     "Label every pair alone; by default consecutive rows sharing their first address are one query's candidates, "
     "labelled together by the model's group head."))]

@@ -214,8 +214,8 @@ def numbers_table(title: str, report: dict) -> Table:
     return table
 
 
-def profiles_table(title: str, reports: dict[str, dict]) -> Table:
-    """The figures of one labelled file under each profile, side by side."""
+def figures_table(title: str, reports: dict[str, dict]) -> Table:
+    """The figures of one labelled file under each profile or on each split, side by side (a column each)."""
     table = Table(title=escape(title))
     table.add_column("figure")
     for name in reports:
@@ -239,15 +239,20 @@ def confusion_table(report: dict) -> Table:
     return table
 
 
-def retrieval_table(report: dict, retrieval: str) -> Table:
-    table = Table(title=escape(f"Retrieval ({retrieval}): {report['gold_in_catalog']} of {report['queries']} queries "
-                               "have their gold entry in the catalog"))
-    table.add_column("stage")
+def retrieval_table(reports: dict[str, dict], retrieval: str) -> Table:
+    """Recall and MRR before and after reranking; several splits (``{split: report}``) side by side, a pair of rows
+    each."""
+    found = [f"{r['gold_in_catalog']} of {r['queries']} queries" + (f" ({name})" if len(reports) > 1 else "")
+             for name, r in reports.items()]
+    table = Table(title=escape(f"Retrieval ({retrieval}): {', '.join(found)} have their gold entry in the catalog"))
+    table.add_column("stage" if len(reports) == 1 else "split · stage")
     for name in ("recall@1", "recall@5", "recall@10", "mrr@10"):
         table.add_column(name, justify="right")
-    for stage in ("retrieval", "reranked"):
-        r = report[stage]
-        table.add_row(stage, *(f"{r[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10")))
+    for split, report in reports.items():
+        for stage in ("retrieval", "reranked"):
+            r = report[stage]
+            table.add_row(stage if len(reports) == 1 else f"{split} · {stage}",
+                          *(f"{r[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10")))
     return table
 
 
