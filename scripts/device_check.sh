@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$LOG
 # 1. environment: the lent machine has no network. Its python3 already holds CUDA torch, Triton,
 #    transformers, tokenizers, safetensors, numpy, scipy, typer, rich, pytest; the rest (faiss-cpu,
 #    sqlalchemy, rapidfuzz, opencc) arrives as wheels in .whl/ made here beforehand by
-#    scripts/fetch_device_wheels.sh and carried with the call (device tool: carry [".whl"]). faiss-cpu
+#    scripts/device_prepare.sh and carried with the call (device tool: carry [".whl"]). faiss-cpu
 #    (19 MB) is left out when the tree would pass the tool's 64 MB: its GPU test then skips, saying so.
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl

@@ -7,10 +7,11 @@
 # train.log, teacher.json (every stage's steps, minutes and losses), cross-snapshot.json and the FP16 snapshot
 # in 15 MB parts (the device tool brings back files of at most 16 MB); the checkpoints stay in /tmp there.
 #
-# Prepare here (no device time): bash scripts/stage_device_data.sh; git rm --cached teacher/cross-snapshot.safetensors
+# Prepare here (no device time): WHEELS="sqlalchemy greenlet rapidfuzz opencc" bash scripts/device_prepare.sh;
+#   git rm --cached teacher/cross-snapshot.safetensors
 #   and ignore it for the call (the tree that travels must stay under 64 MB; `git reset -q` afterwards).
 # Run (device tool): command "bash scripts/device_train.sh; OUT=$OUT/check bash scripts/device_check.sh",
-#   carry [".device-data", ".whl"] (.whl from WHEELS="sqlalchemy greenlet rapidfuzz opencc" bash scripts/fetch_device_wheels.sh).
+#   carry [".device-data", ".whl"].
 # On an H200: 4.5 minutes with SCALE=0.85; mlm_lr 6e-4 had stalled at the unigram loss (5.71) for
 #   all of an earlier 3.5-minute pretraining, 2e-4 learns (loss 2.37, masked accuracy 0.546).
 # Afterwards, here: cat $FILES/train/cross-snapshot.safetensors.part* > teacher/cross-snapshot.safetensors, copy

@@ -4,20 +4,27 @@
 model then refuses to load and names this script), or after swapping in another network:
 temperature, the feature head and its stacking weights, the label decision offsets and the group head.
 `--decision-only` refits just the decision offsets and the group head (a few minutes); `--numbers-only` just the
-number policy (seconds). The group head's stack and
-offsets are fitted on the calibration and dev splits, so its figures are cross-validated (`group_head_cv`). `--metrics` records the new calibration, the
-dev-split figures and the new fingerprint in that metrics.json (the shipped model's, for instance).
+number policy (seconds); `--replay-only` refits nothing and writes the calibration replay `mgeo-index adapt`
+refits with (the calibration pairs as numbers only: the network's logits, the pair features, the gold label and
+the source, plus the network's fingerprint and the parser version; no address text) into the model directory —
+run it whenever the network or the parser changes (`adapt` refuses a replay of another network or parser).
+The group head's stack and offsets are fitted on the calibration and dev splits, so its figures are
+cross-validated (`group_head_cv`). `--metrics` records the new calibration, the dev and holdout figures and the
+new fingerprint in that metrics.json (the shipped model's, for instance).
 
     python scripts/recalibrate.py --model mgeo_index/model/default/cross --data ../shared/data \
         --metrics mgeo_index/model/default/metrics.json
+    python scripts/recalibrate.py --model mgeo_index/model/default/cross --data ../shared/data --replay-only
 """
 import argparse
 import datetime
 import json
+import time
 from pathlib import Path
 
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.training import data
+from mgeo_index.training.adapt import write_replay
 from mgeo_index.training.calibrate import refit_number_policy
 from mgeo_index.training.recalibrate import recalibrate
 from mgeo_index.training.group import cross_validate, group_head_pairs
@@ -32,8 +39,15 @@ parser.add_argument("--numbers-only", action="store_true",
 parser.add_argument("--head", choices=("mlp", "trees"), default="mlp",
                     help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (measured, not "
                          "shipped: see the README)")
+parser.add_argument("--replay-only", action="store_true",
+                    help="refit nothing: write the calibration replay `mgeo-index adapt` refits with into the model")
 parser.add_argument("--metrics", type=Path, help="metrics.json to update with the calibration and dev figures")
 args = parser.parse_args()
+if args.replay_only:
+    started = time.perf_counter()
+    print(json.dumps(write_replay(args.model, args.data) | {"seconds": round(time.perf_counter() - started, 1)},
+                     ensure_ascii=False))
+    raise SystemExit
 stats = ({"number_policy": refit_number_policy(args.model, args.data)} if args.numbers_only
          else recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head))
 print(json.dumps(stats, ensure_ascii=False))
@@ -50,6 +64,11 @@ if args.metrics:
         metrics.setdefault("ccks_dev_by_source", {})[source] = {
             "grouped": evaluate_pairs(cross, pairs), "pairwise": evaluate_pairs(cross, pairs, grouped=False)}
     metrics["shenzhen_dev"] = evaluate_pairs(cross, data.shenzhen_pairs(args.data))
+    metrics["holdout"] = {  # read by no fitting or choice (mgeo_index/measure/splits.py)
+        "ccks": evaluate_pairs(cross, data.ccks_pairs(args.data), "holdout"),
+        "ccks_round2": evaluate_pairs(cross, [p for p in data.ccks_pairs(args.data) if p.source == "round2_train"],
+                                      "holdout"),
+        "shenzhen": evaluate_pairs(cross, data.shenzhen_pairs(args.data), "holdout")}
     if cross.group_head is not None:  # its stack and offsets saw the dev split: measured out of fold
         metrics["group_head_cv"] = cross_validate(cross, group_head_pairs(args.data)[1]) | {
             "command": "python research/eval_group_head.py --data ../shared/data"}

@@ -112,7 +112,7 @@ def test_a_foreign_replay_is_refused(shipped, replay, tmp_path):
                               {**replay.meta, "parser": "parser-0000"})
     with pytest.raises(adapt.AdaptError, match="parser parser-0000"):
         adapt.check_replay(old_parser, shipped)
-    with pytest.raises(adapt.AdaptError, match="make_replay.py"):
+    with pytest.raises(adapt.AdaptError, match="recalibrate.py --replay-only"):
         adapt.load_replay(tmp_path / "missing.npz", shipped)
 
 

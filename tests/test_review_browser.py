@@ -1,6 +1,6 @@
 """The review page in a real browser: headless Debian chromium driven by Selenium, keyboard only.
 
-`scripts/install_browser.sh` (called by `.ci/run`) installs chromium and chromium-driver; without them
+`bash scripts/install.sh --browser` (what `.ci/run` calls) installs chromium and chromium-driver; without them
 this test skips, saying so. With MGEO_REVIEW_SCREENSHOT=path it also saves a screenshot of the page
 showing a real item (how docs/review.png is made:
 `MGEO_REVIEW_SCREENSHOT=docs/review.png .venv/bin/python -m pytest tests/test_review_browser.py`).
@@ -46,7 +46,7 @@ KEYS = [("1", "exact", 1), ("2", "exact", 2), ("n", "none", None), ("s", "skip",
 
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
-    reason="chromium and chromedriver are needed (bash scripts/install_browser.sh installs Debian's chromium and "
+    reason="chromium and chromedriver are needed (bash scripts/install.sh --browser installs Debian's chromium and "
            f"chromium-driver); missing: {', '.join(n for n, p in (('chromium', CHROMIUM), ('chromedriver', CHROMEDRIVER)) if p is None)}",
 )
 

@@ -5,7 +5,7 @@ The parts of the stacked scorer that learn fast are refit (:mod:`mgeo_index.mode
 feature head (a few epochs from its current weights), the stack (``alpha``, ``beta``, ``bias``), the label
 decision offsets and the cascade's gate. The network itself is kept. Each fit sees the user's labels and a
 *replay* of the original calibration split — the numbers only (network logits, pair features, gold label,
-source), written by ``scripts/make_replay.py`` beside the shipped model — so a user's site needs no
+source), written by ``scripts/recalibrate.py --replay-only`` beside the shipped model — so a user's site needs no
 training texts. Each label counts :data:`LABEL_WEIGHT` times a replay pair (rows repeated): a few hundred
 labels then move the policy without drowning the calibration data, and more labels earn more say.
 
@@ -31,7 +31,7 @@ import torch
 from mgeo_index import settings
 from mgeo_index.runtime import kernels
 from mgeo_index.query.features import FEATURE_NAMES, pair_features_batch
-from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, save_head
+from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, load_cross_encoder, save_head
 from mgeo_index.model.group_head import GROUP_HEAD
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, train_tree_head
 from mgeo_index.model.manifest import MANIFEST, fingerprint, write_manifest
@@ -107,6 +107,26 @@ def make_replay(cross: CrossEncoder, pairs: list[tuple[str, str, str, str]]) -> 
                   np.array([p[3] for p in pairs]), meta)
 
 
+def write_replay(cross_dir: str | Path, data_dir: str | Path, out: str | Path | None = None) -> dict:
+    """Write the calibration replay of the cross-encoder at ``cross_dir`` (into it, or to ``out``): the pairs
+    :func:`mgeo_index.training.calibrate.calibrate` fits on — the calibration split of the CCKS pairs (three-way)
+    and of Shenzhen's validation file (binary) — as numbers only, so it ships with the package and ``adapt``
+    replays the original calibration at a user's site. Returns what was written."""
+    from mgeo_index.measure.splits import split_of
+    from mgeo_index.training import data
+
+    cross = load_cross_encoder(cross_dir)
+    pairs = [(p.a, p.b, p.label, p.source) for p in data.ccks_pairs(Path(data_dir)) + data.shenzhen_pairs(Path(data_dir))
+             if split_of(p.group) == "calib"]
+    out = Path(out) if out is not None else Path(cross_dir) / REPLAY_FILE
+    save_replay(make_replay(cross, pairs), out)
+    check = load_replay(out, cross)
+    return {"out": str(out), "pairs": len(check), "bytes": out.stat().st_size,
+            "sources": {str(s): int((check.source == s).sum()) for s in sorted(set(check.source.tolist()))},
+            "fingerprint": check.meta["fingerprint"], "network_fingerprint": check.meta["network_fingerprint"],
+            "parser": check.meta["parser"]}
+
+
 def save_replay(replay: Replay, path: str | Path) -> None:
     np.savez_compressed(path, network_logits=replay.network_logits.astype(np.float32),
                         features=replay.features.astype(np.float32), gold=replay.gold.astype(np.int8),
@@ -117,7 +137,7 @@ def load_replay(path: str | Path, cross: CrossEncoder | None = None) -> Replay:
     """Read a replay; with ``cross``, refuse one made for another network, parser or feature set."""
     path = Path(path)
     if not path.exists():
-        raise AdaptError(f"no calibration replay at {path}: write it with scripts/make_replay.py --data ../shared/data "
+        raise AdaptError(f"no calibration replay at {path}: write it with scripts/recalibrate.py --replay-only "
                          "(or pass --replay)")
     with np.load(path, allow_pickle=False) as z:
         replay = Replay(z["network_logits"], z["features"], z["gold"].astype(np.int64), z["source"],
@@ -135,13 +155,13 @@ def check_replay(replay: Replay, cross: CrossEncoder, path: str | Path = "the re
         raise AdaptError(f"{path} was made for the network of model {meta.get('fingerprint')} "
                          f"({meta.get('network_fingerprint')}), not for {cross.path} "
                          f"({network_fingerprint(cross.path)}): make a replay for this model "
-                         "(scripts/make_replay.py --cross-model …)")
+                         "(scripts/recalibrate.py --replay-only --model …)")
     if meta.get("parser") != parser_version():
         raise AdaptError(f"{path} holds features of the parser {meta.get('parser')}, but this version parses with "
-                         f"{parser_version()}: make the replay again (scripts/make_replay.py)")
+                         f"{parser_version()}: make the replay again (scripts/recalibrate.py --replay-only)")
     if meta.get("features") != list(FEATURE_NAMES):
         raise AdaptError(f"{path} holds other features than this version computes: make the replay again "
-                         "(scripts/make_replay.py)")
+                         "(scripts/recalibrate.py --replay-only)")
 
 
 # --------------------------------------------------------------------------- labels
@@ -373,7 +393,6 @@ def adapt(index_dir: str | Path, *, db: str | None = None, epochs: int = HEAD_EP
     inactive, and ``activated`` is False; ``force`` activates it anyway). Returns the version's id, path,
     fingerprint, parent, ``activated`` and the figures of :func:`adapt_model`."""
     from mgeo_index import store
-    from mgeo_index.model.cross_encoder import load_cross_encoder
     from mgeo_index.model.loading import active_cross_version
 
     started = time.perf_counter()
