@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 pytest.importorskip("ray.data", reason="ray[data] is not installed: the Ray build engine is not tested")
 
-from mgeo_index import ray_pool, settings, store  # noqa: E402
+from mgeo_index import settings, store  # noqa: E402
+from mgeo_index.compute import ray as ray_pool  # noqa: E402
 from mgeo_index.catalog.build import build  # noqa: E402
 from mgeo_index.catalog.generations import catalog_state  # noqa: E402
 from mgeo_index.cli import app  # noqa: E402
@@ -164,6 +165,6 @@ def test_ray_options_are_refused_clearly_before_anything_is_stored(tmp_path, ray
     assert check(add_dir).clean and check(add_dir).generation_id == check(local_build).generation_id
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if Ray were not installed
-    assert "Error: the Ray engine needs Ray Data: pip install 'mgeo-index[ray]'" in _one_error_line(
+    assert "Error: the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index[ray]'" in _one_error_line(
         cli_build("--engine", "ray"))
     assert not (index_dir / "mgeo.db").exists()  # nothing was stored by any of them

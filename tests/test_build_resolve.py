@@ -323,20 +323,20 @@ def test_a_query_without_an_admin_part_is_searched_once_for_its_core(built, monk
 
 
 def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
-    """The local engine on two threads (two 60-row chunks parsed or embedded at a time, one intra-op thread
+    """The local runner on two threads (two 60-row chunks parsed or embedded at a time, one intra-op thread
     each) stores the same entries and elements and the same vector bits as on one."""
     import torch
 
-    from mgeo_index.catalog.build_engines import BuildEngine
+    from mgeo_index.compute.local import LocalRunner
     from mgeo_index.catalog.generations import catalog_state
 
     threads = torch.get_num_threads()
     states = []
     for n in (1, 2):
         index_dir = tmp_path / f"threads-{n}"
-        engine = BuildEngine("cpu", threads=n)
-        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60, engine=engine)
-        assert result.entries_parsed == result.vectors_added == 300 and engine.describe()["threads"] == n
+        runner = LocalRunner("cpu", threads=n)
+        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60, engine=runner)
+        assert result.entries_parsed == result.vectors_added == 300 and runner.describe()["threads"] == n
         states.append(catalog_state(index_dir))
         assert torch.get_num_threads() == threads  # restored
     (entries, elements, vectors), (entries2, elements2, vectors2) = states

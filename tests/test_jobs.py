@@ -391,7 +391,7 @@ def test_a_job_is_recorded_only_once_its_engine_is_available(index_dir, tmp_path
     result = CliRunner().invoke(app, ["normalize", str(path), "--out", str(out), "--index-dir", str(index_dir),
                                       "--engine", "ray"])
     assert result.exit_code == 1
-    assert "Error: the Ray engine needs Ray Data: pip install 'mgeo-index" in " ".join(result.output.split())
+    assert "Error: the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index" in " ".join(result.output.split())
     assert _job_in_store(index_dir, out) is None
 
 
@@ -455,3 +455,59 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
     assert (first[0]["admin_province"], first[0]["admin_district"]) == ("北京市", "朝阳区")  # from that same parse
     later = resolve_outcomes(resolver, ["上海徐汇1号", "深圳南山2号"], Policy(), 2, memo)
     assert resolver.seen[2:] == ["深圳南山2号"] and later[0] == first[2]
+
+
+def _chunk(addresses: list[str | None]):
+    from mgeo_index.normalize.inputs import Chunk, Record
+
+    return Chunk([Record(i, {}, a or "", None if a else "empty address") for i, a in enumerate(addresses)])
+
+
+class _SpreadRunner:
+    """A runner of several workers that computes in this process: items must be micro-batches."""
+
+    name, device, workers, gpus_per_worker = "spread", "cpu", 3, 0.0
+
+    def __init__(self):
+        self.items: list[list[str]] = []
+
+    def map(self, items, task):
+        compute = task.local()
+        for item in items:
+            self.items.append(item)
+            yield item, compute(item)
+
+
+def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
+    """With several workers a chunk is cut into micro-batches (chunks without valid rows among them) and put back
+    together; one worker gets whole chunks. Both give every chunk its rows' outcomes, in order."""
+    from mgeo_index.compute.local import LocalRunner
+    from mgeo_index.compute.task import Task
+    from mgeo_index.normalize.resolving import resolve_chunks
+
+    task = Task(local=lambda: lambda addresses: [{"address": a} for a in addresses], actor=object,
+                pack=dict, unpack=lambda item, row: row)
+    chunks = [_chunk(["甲", "乙", "丙", "丁", "戊"]), _chunk([None, None]), _chunk(["己"]), _chunk([None]),
+              _chunk(["庚", None, "辛"])]
+    spread = _SpreadRunner()
+    for runner in (spread, LocalRunner("cpu")):
+        got = list(resolve_chunks(runner, iter(chunks), task, batch_size=2))
+        assert [c for c, _ in got] == chunks
+        assert [[o["address"] for o in outcomes] for _, outcomes in got] == [c.valid_addresses() for c in chunks]
+    assert spread.items == [["甲", "乙"], ["丙", "丁"], ["戊"], ["己"], ["庚", "辛"]]
+
+
+def test_the_ray_actor_resolves_as_this_process_does_with_the_jobs_policy(index_dir):
+    """The resolving task's actor, built here from its kwargs as Ray would build it, gives the same outcomes as
+    the local function, and decides by the job's whole policy (the number policy included)."""
+    from mgeo_index.normalize.job import Resolving
+    from mgeo_index.normalize.resolving import resolve_task
+
+    resolving = Resolving(index_dir=index_dir, device="cpu", db=settings.database_url(index_dir), model=str(settings.DEFAULT_BI_MODEL),
+                          cross_model=str(settings.DEFAULT_CROSS_MODEL), backend="torch",
+                          policy=Policy(top_k=TOP_K, numbers="loose"), batch_size=BATCH)
+    task = resolve_task(resolving, chunk_size=CHUNK)
+    assert task.kwargs["policy"]["numbers"] == "loose"
+    addresses = [VARIANT, _catalog_rows()[1]["address"], VARIANT]
+    row = task.actor(**task.kwargs)({"seq": [0], **{k: [v] for k, v in task.pack(addresses).items()}})
+    assert task.unpack(addresses, {k: v[0] for k, v in row.items()}) == task.local()(addresses)

@@ -5,9 +5,9 @@ which alone is embedded); :func:`generations.publish` then writes the new genera
 current one and moves the pointer in one transaction, so a reader never sees half an index and a crash
 or Ctrl-C loses nothing: rows already stored stay, and re-running the command finishes the job.
 
-Parsing and embedding are computed by an engine (:mod:`mgeo_index.catalog.build_engines`: this process, or a Ray
-Data actor pool); this module and :func:`generations.publish` keep every store write, the generation
-switch and the crash points, in the same order whichever engine computes.
+Parsing and embedding are computed by a runner (:mod:`mgeo_index.compute`: this process, or Ray Data actor
+pools; the tasks in :mod:`mgeo_index.catalog.build_tasks`); this module and :func:`generations.publish` keep every
+store write, the generation switch and the crash points, in the same order whichever runner computes.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from pathlib import Path
 from mgeo_index import settings, store
 from mgeo_index.catalog import generations
 from mgeo_index.index import faiss_index, vector_store as vector_stores
-from mgeo_index.catalog.build_engines import BuildEngine, make_build_engine
+from mgeo_index.catalog.build_tasks import encode_task, parse_task
+from mgeo_index.compute.runners import Runner, make_runner
 from mgeo_index.catalog.reader import CatalogError, Reject, read_catalog, write_rejects
 from mgeo_index.files import writable
 from mgeo_index.catalog.locking import writer_lock
@@ -54,7 +55,7 @@ class BuildResult:
     blank_lines: int = 0  # blank lines in the file (no record, skipped)
     index_path: str = ""
     rejects_path: str | None = None
-    engine: str = "local"  # where parsing and embedding ran (build_engines)
+    engine: str = "local"  # the runner that parsed and embedded (mgeo_index.compute)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -81,14 +82,15 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     result.rows_skipped += unchanged + len(records) - len({r["key"] for r in records})  # unchanged or repeated
 
 
-def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress, compute: BuildEngine) -> int:
+def _parse_entries(engine_, catalog_id: int, chunk_size: int, progress: Progress, runner: Runner) -> int:
     """Parse the entries that have no stored elements, or elements of another parser version (the shipped
-    tagger or gazetteer changed since), on ``compute``; each chunk is committed as it comes back."""
+    tagger or gazetteer changed since), on ``runner``; each chunk is committed as it comes back."""
     from mgeo_index.text.parser import parser_version
 
     version = parser_version()
     done = 0
-    for batch, parsed in compute.parse(store.entries_to_parse(engine_, catalog_id, version, batch_size=max(chunk_size, 1))):
+    batches = store.entries_to_parse(engine_, catalog_id, version, batch_size=max(chunk_size, 1))
+    for batch, parsed in runner.map(batches, parse_task(chunk_size)):
         store.store_elements(engine_, [
             {"entry_id": e["id"], "elements": p["elements"], "admin": p["admin"], "parser": version}
             for e, p in zip(batch, parsed)
@@ -141,7 +143,7 @@ def build(
     on_progress: Progress | None = None,
     kind: str = "build",
     vector_store: str | None = None,
-    engine: str | BuildEngine = "local",
+    engine: str | Runner = "local",
     ray_address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float = 0.0,
@@ -154,9 +156,9 @@ def build(
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.catalog.update.add`).
     ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.index.vector_store`: ``faiss`` files in the
     index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
-    ``engine``: where entries are parsed and embedded (:mod:`mgeo_index.catalog.build_engines`): ``local`` (this
+    ``engine``: the runner that parses and embeds entries (:mod:`mgeo_index.compute`): ``local`` (this
     process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at
-    ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or an engine object.
+    ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or a runner object.
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
     which resolving, normalizing and serving the index then use unless told otherwise; None keeps the catalog's.
     ``profile``: the profile recorded with the catalog (``default`` / ``accurate``: which bundled cross-encoder its
@@ -170,7 +172,7 @@ def build(
         check_mode(numbers)
     if profile is not None:
         settings.check_profile(profile)
-    compute = engine if isinstance(engine, BuildEngine) else make_build_engine(
+    runner = engine if not isinstance(engine, str) else make_runner(
         engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
     if index_dir.exists() and not index_dir.is_dir():
@@ -183,12 +185,12 @@ def build(
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute, numbers,
+                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner, numbers,
                              profile)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, compute: BuildEngine,
+                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner: Runner,
                   numbers: str | None = None, profile: str | None = None) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
@@ -196,7 +198,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
 
     bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
     device = settings.device(device)  # this process's (FAISS); the engine's embeds (the same for the local one)
-    compute.prepare(bi, backend)
+    encode = encode_task(runner, bi, backend, chunk_size)  # refuses a model Ray actors cannot load, early
     if factory != faiss_index.AUTO:
         faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     planned = vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
@@ -208,10 +210,10 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     vector_stores.validate(planned, index_dir, factory, bi.dim)
     if address_column is not None and address_column == id_column:
         raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
-    if compute.name != "local":  # Ray joined or started, its GPUs checked: before anything is stored
+    if runner.name != "local":  # Ray joined or started, its GPUs checked: before anything is stored
         t0 = time.perf_counter()
-        compute.start()
-        timings[f"{compute.name} start"] = time.perf_counter() - t0
+        runner.start()
+        timings[f"{runner.name} start"] = time.perf_counter() - t0
     db_url = settings.database_url(index_dir, db)
     # an existing store is consulted before the file is read; a new one is created only once the file is
     # known to be readable (a refused file leaves no store behind)
@@ -249,7 +251,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
-                         id_column=reader.id_column, engine=compute.name,
+                         id_column=reader.id_column, engine=runner.name,
                          columns_reason="" if not new_catalog or kind != "build" else
                          f"address: {reader.address_reason}; id: {reader.id_reason}")
     rejects_path = index_dir / REJECTS
@@ -265,12 +267,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
                 result.rows_rejected += write_rejects(rejects_path, rejects)
             progress("read", read, None)
         result.blank_lines = reader.blank_lines
-        timings["store"] = time.perf_counter() - started - timings.get(f"{compute.name} start", 0.0)
+        timings["store"] = time.perf_counter() - started - timings.get(f"{runner.name} start", 0.0)
 
         # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)
         if parse_elements:
             t0 = time.perf_counter()
-            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress, compute)
+            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress, runner)
             timings["parse"] = time.perf_counter() - t0
 
         # 2. a new generation: vectors for entries that have none, then the pointer switch
@@ -278,12 +280,12 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         published = generations.publish(
             engine_, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi, factory=factory,
             device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size, vector_store_url=vector_store,
-            build_engine=compute,
+            runner=runner, encode=encode,
             build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
                           "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
                           "seconds": time.perf_counter() - started,
                           "stats": {"rows_updated": result.rows_updated, "entries_parsed": result.entries_parsed,
-                                    **compute.describe()}},
+                                    **runner.describe()}},
         )
         timings.update(published.seconds)
         timings["total"] = time.perf_counter() - started

@@ -267,7 +267,7 @@ def _draft(index_dir: Path, location: vector_store.Location | None, *, catalog: 
 def publish(
     engine, index_dir: Path, *, catalog: str, catalog_id: int, build_id: int, bi, factory: str, device: str,
     db_url: str, kind: str, build_fields: dict[str, Any] | None = None, on_progress: Progress | None = None,
-    chunk_size: int = 5000, from_scratch: bool = False, vector_store_url: str | None = None, build_engine=None,
+    chunk_size: int = 5000, from_scratch: bool = False, vector_store_url: str | None = None, runner=None, encode=None,
 ) -> Published:
     """Write the generation matching the store's live entries beside the current one and switch to it.
 
@@ -275,15 +275,18 @@ def publish(
     generation: retired entries' vectors are removed, live entries without one are embedded.
     ``vector_store_url``: where the new generation's vectors go (:mod:`vector_store`; ``faiss`` for files in
     the index directory); None keeps the current generation's store (``index.json``'s before the first).
-    ``build_engine``: what embeds them, batch by batch (:mod:`mgeo_index.catalog.build_engines`; default: this
-    process on ``device``); everything else stays here, in this order.
+    ``runner``: where they are embedded, chunk by chunk (:mod:`mgeo_index.compute`; default: this process on
+    ``device``), with ``encode`` (:func:`mgeo_index.catalog.build_tasks.encode_task`; default: ``bi`` as it is set
+    up); everything else stays here, in this order.
     """
     import time
 
-    from mgeo_index.catalog.build_engines import BuildEngine
+    from mgeo_index.catalog.build_tasks import encode_task
+    from mgeo_index.compute.local import LocalRunner
 
     progress = on_progress or (lambda *_: None)
-    build_engine = build_engine or BuildEngine(device)
+    runner = runner or LocalRunner(device)
+    encode = encode or encode_task(runner, bi, None, chunk_size)
     timings: dict[str, float] = {}
     crashpoint("stored")
     t0 = time.perf_counter()
@@ -311,11 +314,12 @@ def publish(
         # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
         vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
         batches = store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1))
-        for batch, embedded in build_engine.encode(batches, bi, on_batch=lambda n: progress("encode", n, len(missing))):
+        for batch, embedded in runner.map(batches, encode):
             new_texts += [e["normalized"] for e in batch]
             vectors[done : done + len(batch)] = embedded
             ids[done : done + len(batch)] = [e["id"] for e in batch]
             done += len(batch)
+            progress("encode", len(batch), len(missing))
             crashpoint("embedding")
         tuning: dict[str, Any] = {}
         if done:

@@ -27,7 +27,7 @@ _USER_ERRORS = (
     ("mgeo_index.store", "GenerationConflict"),
     ("mgeo_index.normalize", "JobError"),
     ("mgeo_index.index.vector_store", "Unavailable"),
-    ("mgeo_index.ray_pool", "RayUnavailable"),
+    ("mgeo_index.compute.ray", "RayUnavailable"),
 )
 
 

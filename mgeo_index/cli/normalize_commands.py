@@ -56,9 +56,10 @@ def normalize(
     """
     from rich.progress import TimeRemainingColumn
 
-    from mgeo_index.normalize import ENGINES, normalize_file
+    from mgeo_index.compute.runners import RUNNERS
+    from mgeo_index.normalize import normalize_file
 
-    if engine not in ENGINES:
+    if engine not in RUNNERS:
         raise typer.BadParameter("--engine must be local or ray")
     try:
         with friendly_errors(), progress() as bar:

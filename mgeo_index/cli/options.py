@@ -43,7 +43,7 @@ Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
     "labelled together by the model's group head."))]
 AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
 QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
-# where build and add parse and embed (mgeo_index.catalog.build_engines)
+# the runner that parses and embeds for build and add (mgeo_index.compute)
 BuildEngineName = Annotated[str, typer.Option("--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
 RayAddress = Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join with --engine ray: HOST:PORT of its head, ray://HOST:10001 or auto \\[default: a local Ray on this machine].")]
 Workers = Annotated[int | None, typer.Option("--workers", min=1, help="Ray actors per step with --engine ray (each loads the model once) \\[default: CPU count locally, 1 on a cluster].")]

@@ -1,5 +1,8 @@
-"""Ray Data plumbing shared by the Ray engines (``normalize --engine ray``, ``build --engine ray``).
+"""The Ray runner (``build``, ``add`` and ``normalize --engine ray``): items computed on Ray Data actor pools, and
+the Ray plumbing under it.
 
+- :class:`RayRunner`: ``workers`` actors on the cluster at ``address`` (else a local Ray), each with
+  ``gpus_per_worker`` GPUs for the tasks that want them, or one CPU;
 - :func:`import_ray`: Ray Data, or the one-line install hint;
 - :func:`start`: join the cluster at ``--ray-address`` (probed first, so that an unreachable address is one
   clear error within seconds instead of Ray's two minutes of retries ending in ``SystemExit``) or start a
@@ -15,10 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-INSTALL_HINT = "the Ray engine needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
+from mgeo_index.compute.task import Task
+
+INSTALL_HINT = "the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
 PROBE_SECONDS = 5.0  # a cluster address that does not answer a TCP connect within this is refused
 CLIENT_PORT = 10001  # Ray Client's default port (ray://HOST)
 GCS_PORT = 6379  # the head's default GCS port (HOST)
@@ -136,3 +141,58 @@ def map_ordered(ray, items: list[dict[str, Any]], actor: type, kwargs: dict[str,
             expected += 1
     if expected != len(items):
         raise RuntimeError(f"Ray returned {expected + len(pending)} of {len(items)} batches in order")
+
+
+class RayRunner:
+    """Computes on Ray Data actor pools: ``workers`` actors on the cluster at ``address`` (else a local Ray), each
+    with ``gpus_per_worker`` GPUs (tasks that want them) or one CPU, on ``device`` (CUDA with GPUs). Items go in
+    windows (one Ray Data execution each, ``workers × task.items_per_actor`` items), each actor call computing
+    exactly one item, so results are those of the local runner."""
+
+    name = "ray"
+
+    def __init__(self, *, device: str | None = None, backend: str | None = None, address: str | None = None,
+                 workers: int | None = None, gpus_per_worker: float = 0.0) -> None:
+        check_options(workers, gpus_per_worker)
+        if backend is not None and gpus_per_worker > 0 and backend != "torch":
+            raise ValueError(f"--backend {backend} is for the CPU; GPU actors (--gpus-per-worker) run torch (FP16)")
+        self.address = address
+        self.workers = default_workers(address, workers)
+        self.gpus_per_worker = float(gpus_per_worker)
+        self.device = actor_device(device, gpus_per_worker)
+        self.ray = None
+
+    def require(self) -> None:
+        """Raise (with the install hint) unless Ray Data can be imported here."""
+        import_ray()
+
+    def start(self) -> None:
+        """Join the cluster or start a local Ray and check its GPUs (once)."""
+        if self.ray is None:
+            ray = import_ray()
+            start(ray, self.address, self.workers, self.gpus_per_worker)
+            self.ray = ray
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.name, "device": self.device, "workers": self.workers,
+                "gpus_per_worker": self.gpus_per_worker, **({"ray_address": self.address} if self.address else {})}
+
+    def map(self, items: Iterable[Any], task: Task) -> Iterator[tuple[Any, Any]]:
+        """``(item, result)`` for each item, in order, window by window."""
+        self.start()
+        size = self.workers * max(task.items_per_actor, 1)
+        window: list[Any] = []
+        for item in items:
+            window.append(item)
+            if len(window) >= size:
+                yield from self._window(window, task)
+                window = []
+        if window:
+            yield from self._window(window, task)
+
+    def _window(self, window: list[Any], task: Task) -> Iterator[tuple[Any, Any]]:
+        rows = [{"seq": i, **task.pack(item)} for i, item in enumerate(window)]
+        done = map_ordered(self.ray, rows, task.actor, task.kwargs, workers=self.workers,
+                           gpus_per_worker=self.gpus_per_worker if task.gpus else 0.0)
+        for item, row in zip(window, done):
+            yield item, task.unpack(item, row)

@@ -4,18 +4,16 @@
   and the options' defaults;
 - :mod:`~mgeo_index.normalize.inputs`: reading CSV/TSV or Parquet input in chunks of records;
 - :mod:`~mgeo_index.normalize.parts`: part files and the merged output;
-- :mod:`~mgeo_index.normalize.job`: the job (checkpoints, resuming, refusals) over an engine passed in;
-- :mod:`~mgeo_index.normalize.local` and :mod:`~mgeo_index.normalize.ray`: the two engines;
-- :mod:`~mgeo_index.normalize.engines`: picking an engine by name, and :func:`normalize_file`.
+- :mod:`~mgeo_index.normalize.job`: the job (checkpoints, resuming, refusals) over a runner passed in;
+- :mod:`~mgeo_index.normalize.resolving`: resolving chunks as a task of either runner (:mod:`mgeo_index.compute`);
+- :mod:`~mgeo_index.normalize.run`: :func:`normalize_file`, a job on the runner named.
 
 Not to be confused with :func:`mgeo_index.text.normalize`, the address text normalization.
 """
 from __future__ import annotations
 
-from mgeo_index.normalize.engines import ENGINES, make_engine, normalize_file
 from mgeo_index.normalize.inputs import Chunk, Record, fingerprint_input, input_format, open_input
 from mgeo_index.normalize.job import (
-    Engine,
     JobResult,
     Progress,
     Resolving,
@@ -38,11 +36,12 @@ from mgeo_index.normalize.policy import (
     decide,
     relevance,
 )
+from mgeo_index.normalize.run import normalize_file
 
 __all__ = [
     "ADMIN_COLUMNS", "DEFAULT_BATCH_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_MARGIN", "DEFAULT_MIN_PROBABILITY",
-    "DEFAULT_TOP_K", "ENGINES", "RESULT_COLUMNS", "STATUSES",
-    "Chunk", "Engine", "JobError", "JobResult", "Policy", "Progress", "Record", "Resolving",
-    "decide", "effective_status", "fingerprint_input", "index_identity", "input_format", "list_jobs", "make_engine",
+    "DEFAULT_TOP_K", "RESULT_COLUMNS", "STATUSES",
+    "Chunk", "JobError", "JobResult", "Policy", "Progress", "Record", "Resolving",
+    "decide", "effective_status", "fingerprint_input", "index_identity", "input_format", "list_jobs",
     "normalize_file", "open_input", "relevance", "run_job",
 ]

@@ -1,7 +1,7 @@
 """A normalize job: tie every row of a file to the catalog, resumably, as a job recorded in the store.
 
 A job reads the input (:mod:`~mgeo_index.normalize.inputs`) in chunks of ``chunk_size`` records, has its
-*engine* resolve each chunk's valid addresses in micro-batches of ``batch_size``, and writes each chunk's
+*runner* resolve each chunk's valid addresses in micro-batches of ``batch_size``, and writes each chunk's
 output rows to a part file (:mod:`~mgeo_index.normalize.parts`: written aside, fsynced and renamed into
 place). Only then is the part recorded as a checkpoint in the store, in the same transaction that
 advances the job's ``rows_done``. A killed job (Ctrl-C, ``kill -9``, a crash) therefore leaves at most one
@@ -14,9 +14,9 @@ The job remembers what its rows depend on: the input's fingerprint (SHA-256 of t
 parameters, the index build and both model fingerprints. Resuming with any of them changed is refused
 with a message naming both values (``--restart`` starts over instead).
 
-The engine is an :class:`Engine`, passed in (:mod:`~mgeo_index.normalize.engines` picks one by name):
-where and how chunks are resolved is none of this module's business. A job is recorded only after its
-engine is known to be available (``Engine.require``).
+The runner is passed in (:func:`mgeo_index.compute.runners.make_runner` picks one by name), the resolving task
+is :mod:`~mgeo_index.normalize.resolving`'s: where chunks are resolved is none of this module's business. A job is
+recorded only after its runner is known to be available (``runner.require()``).
 """
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ from typing import Any
 
 from mgeo_index import settings, store
 from mgeo_index.catalog.crashpoints import crashpoint
+from mgeo_index.compute.runners import Runner
+from mgeo_index.compute.task import Task
 from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
+from mgeo_index.normalize.resolving import resolve_chunks, resolve_task
 from mgeo_index.normalize.policy import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_SIZE,
@@ -73,30 +76,16 @@ class JobResult:
 
 @dataclass(frozen=True)
 class Resolving:
-    """What every resolver of a job is opened with and decides by, whichever engine runs them."""
+    """What every resolver of a job is opened with and decides by, whichever runner runs them."""
 
     index_dir: Path
+    device: str  # where the runner's resolvers compute
     db: str  # the resolved database URL (not the driver's environment: resolvers may run elsewhere)
     model: str
     cross_model: str
     backend: str  # one concrete inference backend for the whole job
     policy: Policy
     batch_size: int
-
-
-# outcomes(chunks, resolving) -> (chunk, decide() of each of its valid rows), in input order
-Outcomes = Callable[[Iterator[Chunk], Resolving], Iterator[tuple[Chunk, list[dict]]]]
-
-
-@dataclass(frozen=True)
-class Engine:
-    """How a job's chunks are resolved (built by :func:`mgeo_index.normalize.engines.make_engine`)."""
-
-    name: str  # recorded with the job
-    device: str  # where its resolvers compute: picks the default inference backend
-    outcomes: Outcomes
-    require: Callable[[], object] = lambda: None  # raises (with an install hint) when the engine cannot run here
-    backend: str | None = None  # the backend of an already opened resolver, which the job then runs with
 
 
 # --------------------------------------------------------------------------- index identity
@@ -192,7 +181,8 @@ def run_job(
     output_path: str | Path,
     index_dir: str | Path,
     *,
-    engine: Engine,
+    runner: Runner,
+    resolver=None,
     db: str | None = None,
     model: str | Path | None = None,
     cross_model: str | Path | None = None,
@@ -212,10 +202,11 @@ def run_job(
     raw_values: bool = False,
     profile: str | None = None,
 ) -> JobResult:
-    """Run (or resume) the normalize job writing ``output_path`` on ``engine``; see the module docstring.
+    """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
-    ``backend``: the inference backend of the job's resolvers, already checked by the caller (default:
-    the engine's resolver's, else ``settings.backend`` for the engine's device).
+    ``resolver``: one already opened in this process (benchmarks, tests), which the local runner resolves with
+    instead of one opened for the job. ``backend``: the inference backend of the job's resolvers, already checked
+    by the caller (default: that resolver's, else ``settings.backend`` for the runner's device).
     ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
     (strict / loose; default the index's, :func:`mgeo_index.query.resolver.index_numbers`), recorded with the job.
     ``profile``: which bundled cross-encoder reranks (default: the index's, see
@@ -227,7 +218,9 @@ def run_job(
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
     # one concrete backend for the whole job, named here: it is recorded, and every resolver of the job,
     # wherever it runs, gets the name rather than falling back to its own environment
-    backend = engine.backend or settings.backend(backend, engine.device)
+    if resolver is not None and runner.name != "local":
+        raise ValueError("an opened resolver runs in this process: it is for the local runner only")
+    backend = getattr(getattr(resolver, "bi", None), "backend", None) or settings.backend(backend, runner.device)
     if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
         raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
     if chunk_size < 1 or batch_size < 1 or top_k < 1:
@@ -239,7 +232,7 @@ def run_job(
         raise FileNotFoundError(f"input file {input_path} does not exist")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
-    engine.require()  # before reading (and fingerprinting) anything, and before any job is recorded
+    runner.require()  # before reading (and fingerprinting) anything, and before any job is recorded
     progress = on_progress or (lambda *_: None)
     db_url = settings.database_url(index_dir, db)
     numbers, profile = _index_settings(index_dir, db_url, numbers, profile)
@@ -261,15 +254,15 @@ def run_job(
     writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values)
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
-    resolving = Resolving(index_dir=index_dir, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
+    resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
                           backend=backend, policy=policy, batch_size=batch_size)
     eng = store.connect(db_url)
     try:
-        job = _start_or_resume(eng, input_path, output_path, index_dir, fp, params, ident, fmt, engine.name, rows_total,
+        job = _start_or_resume(eng, input_path, output_path, index_dir, fp, params, ident, fmt, runner.name, rows_total,
                                restart)
         if on_job:
             on_job(job)
-        result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=engine.name,
+        result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=runner.name,
                            resumed_from=job["rows_done"])
         result.counts = {s: int(job[s]) for s in STATUSES}
         if job["status"] == "complete":  # finished earlier, only the clean-up was left
@@ -278,7 +271,8 @@ def run_job(
             return result
         spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
         try:
-            _run(eng, job, writer, chunks, engine, resolving, result, progress, rows_total)
+            task = resolve_task(resolving, resolver=resolver, chunk_size=chunk_size)
+            _run(eng, job, writer, chunks, runner, task, resolving, result, progress, rows_total)
         except KeyboardInterrupt:
             store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
                              error="interrupted (Ctrl-C); the same command resumes")
@@ -348,7 +342,7 @@ def _start_or_resume(eng, input_path: Path, output_path: Path, index_dir: Path, 
     return store.get_job(eng, job_id)
 
 
-def _run(eng, job: dict, writer: PartWriter, chunks, engine: Engine, resolving: Resolving, result: JobResult,
+def _run(eng, job: dict, writer: PartWriter, chunks, runner: Runner, task: Task, resolving: Resolving, result: JobResult,
          progress: Progress, rows_total: int) -> None:
     out = writer.out
     pdir = parts_dir(out, job["id"])
@@ -375,7 +369,7 @@ def _run(eng, job: dict, writer: PartWriter, chunks, engine: Engine, resolving: 
             consumed += n
             yield chunk
 
-    for chunk, outcomes in engine.outcomes(pending(), resolving):
+    for chunk, outcomes in resolve_chunks(runner, pending(), task, resolving.batch_size):
         results = _merge_results(chunk, outcomes)
         counts = dict.fromkeys(STATUSES, 0)
         for r in results:

@@ -1,28 +1,12 @@
-"""The engine a job runs on, picked by name (``--engine local|ray``), and :func:`normalize_file`, which
-runs a job on the engine named. The job itself (:mod:`~mgeo_index.normalize.job`) only ever sees an
-:class:`~mgeo_index.normalize.job.Engine`."""
+""":func:`normalize_file`: a normalize job run (or resumed) on the runner named (``--engine local|ray``,
+:mod:`mgeo_index.compute`)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from mgeo_index.normalize.job import Engine, JobResult, run_job
-from mgeo_index.normalize.local import local_engine
-from mgeo_index.normalize.ray import ray_engine
-
-ENGINES = ("local", "ray")
-
-
-def make_engine(name: str, *, device: str | None = None, backend: str | None = None, resolver=None,
-                ray_address: str | None = None, workers: int | None = None, gpus_per_worker: float = 0.0) -> Engine:
-    """The engine called ``name``: ``local`` (``device``, an already opened ``resolver``) or ``ray``
-    (``ray_address``, ``workers``, ``gpus_per_worker``; ``backend`` is checked against GPU actors)."""
-    if name == "local":
-        return local_engine(device=device, resolver=resolver)
-    if name == "ray":
-        return ray_engine(device=device, backend=backend, address=ray_address, workers=workers,
-                          gpus_per_worker=gpus_per_worker)
-    raise ValueError(f"engine must be 'local' or 'ray', not {name!r}")
+from mgeo_index.compute.runners import RUNNERS, make_runner
+from mgeo_index.normalize.job import JobResult, run_job
 
 
 def normalize_file(
@@ -39,21 +23,22 @@ def normalize_file(
     gpus_per_worker: float = 0.0,
     **options: Any,
 ) -> JobResult:
-    """Run (or resume) the normalize job writing ``output_path`` on the engine named ``engine``.
+    """Run (or resume) the normalize job writing ``output_path`` on the runner named ``engine`` (``local`` or
+    ``ray``: ``ray_address``, ``workers``, ``gpus_per_worker``).
 
-    ``resolver``: an already opened resolver for the local engine (benchmarks, tests).
+    ``resolver``: an already opened resolver for the local runner (benchmarks, tests).
     ``backend``: the CPU inference backend of the job's resolvers, local or Ray actors (default:
     ``settings.backend``; actors with a GPU always run ``torch``).
     ``options``: the job's own (:func:`~mgeo_index.normalize.job.run_job`): ``db``, ``model``,
     ``cross_model``, ``address_column``, ``id_column``, ``min_probability``, ``margin``, ``top_k``,
     ``output_format``, ``chunk_size``, ``batch_size``, ``restart``, ``on_progress``, ``on_job``.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+    if engine not in RUNNERS:
+        raise ValueError(f"--engine must be local or ray, not {engine!r}")
     if backend is not None:
         from mgeo_index.runtime.backends import check  # not at import time: it loads torch
 
         check(backend)
-    chosen = make_engine(engine, device=device, backend=backend, resolver=resolver, ray_address=ray_address,
-                         workers=workers, gpus_per_worker=gpus_per_worker)
-    return run_job(input_path, output_path, index_dir, engine=chosen, backend=backend, **options)
+    runner = make_runner(engine, device=device, backend=backend, ray_address=ray_address, workers=workers,
+                         gpus_per_worker=gpus_per_worker)
+    return run_job(input_path, output_path, index_dir, runner=runner, resolver=resolver, backend=backend, **options)

@@ -1,4 +1,4 @@
-"""The one batching engine every path uses (build, resolve, match, jobs, service, evaluation).
+"""The one batcher every path uses (build, resolve, match, jobs, service, evaluation).
 
 - Inputs are tokenized once per batch, never per item.
 - Items are sorted by length and cut into batches by a token budget, each padded to its own
