@@ -211,7 +211,7 @@ class AddressIndex:
         ``alternatives``, ``reason``, ``admin_*``; prefixed ``mgeo_`` where ``frame`` has that column
         already). Each distinct normalized address is resolved once. Needs pandas (``pip install
         'mgeo-index[pandas]'``)."""
-        from mgeo_index.normalize import frame as normalize_frame
+        from mgeo_index.jobs import frame as normalize_frame
 
         return normalize_frame.normalize_frame(self._resolver, frame, address_column=address_column,
                                                min_probability=min_probability, margin=margin, top_k=top_k,

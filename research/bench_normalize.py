@@ -52,7 +52,7 @@ def ensure_index(index_dir: Path | None, work: Path, device: str) -> Path:
 
 
 def throughput(args) -> None:
-    from mgeo_index.normalize import normalize_file
+    from mgeo_index.jobs import normalize_file
     from mgeo_index.query.resolver import open_resolver
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +93,7 @@ class StubResolver:
 
 
 def memory_child(args) -> None:
-    from mgeo_index.normalize import normalize_file
+    from mgeo_index.jobs import normalize_file
 
     t0 = time.perf_counter()
     result = normalize_file(args.src, args.out, args.index_dir, device="cpu", top_k=3, chunk_size=args.chunk_size,

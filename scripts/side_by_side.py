@@ -11,7 +11,7 @@ catalog strings; 0: all 39,627) and measures two views. **As a user runs it** (w
 and model loading included, the machine's threads): ``mgeo-index normalize`` of ``--rows`` CCKS queries, all
 distinct, and of the same number of rows where each of ``rows / 5`` addresses appears 5 times (order files repeat
 a store's address); ``mgeo-index match`` of ``--pairs`` CCKS pairs; a one-shot ``mgeo-index resolve``. **The
-engine alone**: the same normalize jobs with the resolver opened before the clock starts (rows/s, split into the
+resolver alone**: the same normalize jobs with the resolver opened before the clock starts (rows/s, split into the
 two networks' forward passes and the rest), and single-query resolve latency (p50 / p99 over ``--queries`` calls
 in one warm process). ``bounds`` gives the normalize ratios this checkout would reach if its networks took no
 time at all (the release's time per row over this checkout's time outside the networks). Best of ``--rounds``.
@@ -56,7 +56,7 @@ from mgeo_index.settings import PROFILES, cpu_kind  # noqa: E402
 # Every child runs the code it is given, and only that code. ``python -c`` puts its working directory first on
 # sys.path (so a child started from this checkout imported this checkout's mgeo_index whatever PYTHONPATH said),
 # and this checkout's editable install answers for any module the other code lacks (a release's
-# ``import mgeo_index.normalize`` found this checkout's): the child runs in the code's directory, without the
+# ``import mgeo_index.query`` found this checkout's): the child runs in the code's directory, without the
 # editable install's finder, and checks where mgeo_index came from (without that, a "release" figure is this
 # checkout measured twice).
 CHECK = """
@@ -71,9 +71,9 @@ CLI = "from mgeo_index.cli import app; sys.argv[0] = 'mgeo-index'; app()"
 NORMALIZE = r"""
 import json, sys, time
 try:
-    from mgeo_index.normalize import normalize_file
-except ImportError:  # releases before the normalize package
     from mgeo_index.jobs import normalize_file
+except ImportError:  # versions whose jobs package was called normalize
+    from mgeo_index.normalize import normalize_file
 try:
     from mgeo_index.query.resolver import open_resolver
 except ImportError:  # releases before the query package
@@ -261,7 +261,7 @@ def throughput(args: argparse.Namespace) -> None:
                       "speed-up": round(user["release"][what] / user["this"][what], 2)} for what in user["this"]}
     print(json.dumps({"cpu": cpu_kind(), "cores": os.cpu_count(), "catalog_rows": len(catalog),
                       "versions": {k: str(v) for k, v in versions.items()}, "as_a_user_runs_it": as_user,
-                      "engine": {"report": report, "ratios": ratios, "bounds": bounds}}, indent=2, ensure_ascii=False))
+                      "resolver_alone": {"report": report, "ratios": ratios, "bounds": bounds}}, indent=2, ensure_ascii=False))
     print(f"\nas a user runs it, CPU {cpu_kind()}, {os.cpu_count()} cores, catalog {len(catalog):,} entries, "
           f"best of {args.rounds}:")
     for what, row in as_user.items():

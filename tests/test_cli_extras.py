@@ -48,7 +48,7 @@ def test_light_commands_load_no_faiss_transformers_or_service(args):
 def test_normalize_options_default_to_the_library_constants():
     import typer.main
 
-    from mgeo_index import normalize
+    from mgeo_index import jobs as normalize
 
     command = typer.main.get_command(app).commands["normalize"]
     defaults = {p.name: p.default() if callable(p.default) else p.default for p in command.params}  # read when needed

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from mgeo_index import settings, store
-from mgeo_index.normalize import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
+from mgeo_index.jobs import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
 from conftest import copy_index
 
 CHUNK, BATCH, TOP_K = 25, 10, 2
@@ -165,7 +165,7 @@ def test_kill_9_mid_job_then_resume_gives_every_row_exactly_once(index_dir, job_
     assert 0 < job["rows_done"] < len(rows), "killed too late to test resuming"
     assert not out.exists()
 
-    from mgeo_index.normalize import list_jobs
+    from mgeo_index.jobs import list_jobs
 
     assert {j["id"]: j["state"] for j in list_jobs(index_dir)}[job["id"]] == "stale"
     resumed = normalize_file(path, out, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH, top_k=TOP_K)
@@ -433,7 +433,7 @@ def test_jobs_migration_postgresql(pg_url):
 
 
 def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
-    from mgeo_index.normalize.policy import Policy, resolve_outcomes
+    from mgeo_index.jobs.policy import Policy, resolve_outcomes
 
     class Counting:
         def __init__(self):
@@ -458,7 +458,7 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
 
 
 def _chunk(addresses: list[str | None]):
-    from mgeo_index.normalize.inputs import Chunk, Record
+    from mgeo_index.jobs.inputs import Chunk, Record
 
     return Chunk([Record(i, {}, a or "", None if a else "empty address") for i, a in enumerate(addresses)])
 
@@ -483,7 +483,7 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
     together; one worker gets whole chunks. Both give every chunk its rows' outcomes, in order."""
     from mgeo_index.compute.local import LocalRunner
     from mgeo_index.compute.task import Task
-    from mgeo_index.normalize.resolving import resolve_chunks
+    from mgeo_index.jobs.resolving import resolve_chunks
 
     task = Task(local=lambda: lambda addresses: [{"address": a} for a in addresses], actor=object,
                 pack=dict, unpack=lambda item, row: row)
@@ -500,8 +500,8 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
 def test_the_ray_actor_resolves_as_this_process_does_with_the_jobs_policy(index_dir):
     """The resolving task's actor, built here from its kwargs as Ray would build it, gives the same outcomes as
     the local function, and decides by the job's whole policy (the number policy included)."""
-    from mgeo_index.normalize.job import Resolving
-    from mgeo_index.normalize.resolving import resolve_task
+    from mgeo_index.jobs.job import Resolving
+    from mgeo_index.jobs.resolving import resolve_task
 
     resolving = Resolving(index_dir=index_dir, device="cpu", db=settings.database_url(index_dir), model=str(settings.DEFAULT_BI_MODEL),
                           cross_model=str(settings.DEFAULT_CROSS_MODEL), backend="torch",

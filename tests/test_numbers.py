@@ -237,7 +237,7 @@ def test_match_and_the_service_loader_follow_the_policy(numbered_index, tmp_path
 
 
 def test_a_normalize_job_records_its_policy_and_will_not_resume_under_another(numbered_index, tmp_path, monkeypatch):
-    from mgeo_index.normalize import JobError, normalize_file
+    from mgeo_index.jobs import JobError, normalize_file
 
     monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
     source = tmp_path / "stores.csv"

@@ -141,7 +141,7 @@ def test_pending_items_of_another_model_are_rescored(review_env, queue):
 
 def test_job_queue_takes_uncertain_rows(review_env, tmp_path):
     index_dir, index, _, _ = review_env
-    from mgeo_index.normalize import normalize_file
+    from mgeo_index.jobs import normalize_file
 
     rows = [("r1", "广东省深圳市南山区南山街道中山路75号东方科技园9号楼"), ("r2", "北京朝阳建国路88号"),
             ("r3", "上海徐汇漕溪北路1号"), ("r4", "北京朝阳建国路88号")]

@@ -25,7 +25,7 @@ _USER_ERRORS = (
     ("mgeo_index.model.loading", "ModelMismatch"),
     ("mgeo_index.catalog.locking", "Locked"),
     ("mgeo_index.store", "GenerationConflict"),
-    ("mgeo_index.normalize", "JobError"),
+    ("mgeo_index.jobs", "JobError"),
     ("mgeo_index.index.vector_store", "Unavailable"),
     ("mgeo_index.compute.ray", "RayUnavailable"),
 )

@@ -164,7 +164,7 @@ def eval_retrieval(
 
 def bench(
     addresses: Annotated[Path, typer.Option(help="Catalog file whose addresses are encoded \\[default: the bundled sample].", show_default=False)] = settings.SAMPLE_CATALOG,
-    limit: Annotated[int, typer.Option(help="Addresses (and pairs) to time through the engine.")] = 2000,
+    limit: Annotated[int, typer.Option(help="Addresses (and pairs) to time through the batcher.")] = 2000,
     naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
     index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,
     queries: Annotated[int, typer.Option(help="Single queries timed for resolve latency.")] = 200,
@@ -179,7 +179,7 @@ def bench(
     cross_model: CrossModel = None,
     backend: Backend = None,
 ) -> None:
-    """Engine vs naive per-item encoding and pair scoring, backends side by side, resolve p50/p99, build RSS.
+    """Batched vs naive per-item encoding and pair scoring, backends side by side, resolve p50/p99, build RSS.
 
     Backends whose optional extra is not installed (onnx without ONNX Runtime) are skipped, with a note.
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import (
-    DEFAULT_INDEX_DIR, AddressColumn, Backend, BuildEngineName, Db, Device, GpusPerWorker, IndexDir, LibraryDefault, Model,
+    DEFAULT_INDEX_DIR, AddressColumn, Backend, RunnerName, Db, Device, GpusPerWorker, IndexDir, LibraryDefault, Model,
     Numbers, Profile, RayAddress, Workers,
 )
 from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, progress, stage_progress
@@ -25,7 +25,7 @@ def build(
     index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
     vector_store: Annotated[str | None, typer.Option("--vector-store", help="Where the vectors go: faiss (files in the index directory, the default), milvus://HOST:PORT or milvus://HOST:PORT/DATABASE (a Milvus server; token in MGEO_INDEX_MILVUS_TOKEN) or milvus-lite:///PATH.db (embedded). Later commands keep the catalog's.")] = None,
-    engine: BuildEngineName = "local",
+    engine: RunnerName = "local",
     ray_address: RayAddress = None,
     workers: Workers = None,
     gpus_per_worker: GpusPerWorker = 0.0,
@@ -64,7 +64,7 @@ def build(
 def add(
     delta: Annotated[Path, typer.Argument(help="CSV/TSV of new or changed rows, with the catalog's columns.")],
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
-    engine: BuildEngineName = "local",
+    engine: RunnerName = "local",
     ray_address: RayAddress = None,
     workers: Workers = None,
     gpus_per_worker: GpusPerWorker = 0.0,

@@ -17,8 +17,8 @@ from mgeo_index.cli.render import console, err, jobs_table, print_normalize, pro
 
 
 def _default(name: str) -> LibraryDefault:
-    """``mgeo_index.normalize.<name>``, read when needed (importing the package loads the store)."""
-    return LibraryDefault("mgeo_index.normalize", name)
+    """``mgeo_index.jobs.<name>``, read when needed (importing the package loads the store)."""
+    return LibraryDefault("mgeo_index.jobs", name)
 
 
 def normalize(
@@ -57,7 +57,7 @@ def normalize(
     from rich.progress import TimeRemainingColumn
 
     from mgeo_index.compute.runners import RUNNERS
-    from mgeo_index.normalize import normalize_file
+    from mgeo_index.jobs import normalize_file
 
     if engine not in RUNNERS:
         raise typer.BadParameter("--engine must be local or ray")
@@ -101,7 +101,7 @@ def jobs(
 
     Example: mgeo-index jobs --index-dir idx
     """
-    from mgeo_index.normalize import STATUSES, list_jobs
+    from mgeo_index.jobs import STATUSES, list_jobs
 
     with friendly_errors():
         found = list_jobs(index_dir, db=db, limit=limit)

@@ -44,7 +44,7 @@ Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
 AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
 QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
 # the runner that parses and embeds for build and add (mgeo_index.compute)
-BuildEngineName = Annotated[str, typer.Option("--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
+RunnerName = Annotated[str, typer.Option("--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
 RayAddress = Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join with --engine ray: HOST:PORT of its head, ray://HOST:10001 or auto \\[default: a local Ray on this machine].")]
 Workers = Annotated[int | None, typer.Option("--workers", min=1, help="Ray actors per step with --engine ray (each loads the model once) \\[default: CPU count locally, 1 on a cluster].")]
 GpusPerWorker = Annotated[float, typer.Option("--gpus-per-worker", min=0.0, help="GPUs per embedding actor with --engine ray (0: CPU actors; 0.5 packs two a GPU).")]
@@ -55,7 +55,7 @@ SHARED_DATA = Path("../shared/data")  # the shared data folder beside a checkout
 class LibraryDefault:
     """An option default that is a library constant, read when first needed — a run without the option, or
     the command's ``--help`` — so that defining the command imports nothing. (The normalize defaults live in
-    :mod:`mgeo_index.normalize`, whose import loads the store, SQLAlchemy and Alembic: a second on every
+    :mod:`mgeo_index.jobs`, whose import loads the store, SQLAlchemy and Alembic: a second on every
     ``mgeo-index --help``; gc's in :mod:`mgeo_index.catalog.generations`, which loads FAISS.) Click calls a callable
     default; typer's help shows its ``str``.
     """

@@ -1,4 +1,4 @@
-"""`mgeo-index bench`: the engine against the naive way, side by side, in one run.
+"""`mgeo-index bench`: the batcher (runtime.inference) against the naive way, side by side, in one run.
 
 Naive = what slow address-model deployments do: tokenize one item at a time, batch of 1, pad to 64,
 FP32. Every figure is measured in the same process on the same inputs, and reported as a ratio.
@@ -106,7 +106,7 @@ def _vs_naive(n: int, fast_s: float, naive_n: int, slow_s: float, rounds: int, e
 
 
 def bench_encode(bi, texts: Sequence[str], naive_n: int = 200, rounds: int = 3) -> dict:
-    """Engine vs naive loop, interleaved rounds (engine, naive, engine, …), best round of each kept."""
+    """Batcher vs naive loop, interleaved rounds (batcher, naive, batcher, …), best round of each kept."""
     texts = [normalize(t) for t in texts]
     sample = texts[:naive_n]
     inference.encode(bi, texts[:64])  # warm-up
@@ -249,7 +249,7 @@ def run_bench(
     data: str | Path | None = None,
     work_dir: str | Path = "bench-work",
 ) -> dict:
-    """`mgeo-index bench`: the first ``limit`` addresses of ``addresses`` through the engine and ``naive``
+    """`mgeo-index bench`: the first ``limit`` addresses of ``addresses`` through the batcher and ``naive``
     of them through the naive loop with ``backend``; with ``names`` those backends side by side (and
     their macro-F1 on the ``split`` of ``pairs``); with ``index_dir`` single-query resolve latency over
     ``queries`` queries (plain torch and ``backend``); with ``build_sizes`` a fresh build of catalogs of

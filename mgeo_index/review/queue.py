@@ -21,7 +21,7 @@ import numpy as np
 from sqlalchemy import select, update
 
 from mgeo_index import settings, store
-from mgeo_index.normalize.policy import RESULT_COLUMNS
+from mgeo_index.jobs.policy import RESULT_COLUMNS
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.text import model_text, normalize, printable
 
@@ -107,7 +107,7 @@ def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tupl
     """(address, status, probability) of each row of a job output (CSV/TSV as the job wrote it, or
     Parquet). The result columns are the last len(RESULT_COLUMNS), whatever their prefix."""
     if fmt == "parquet":
-        from mgeo_index.normalize.inputs import require_pyarrow
+        from mgeo_index.jobs.inputs import require_pyarrow
 
         require_pyarrow()
         import pyarrow.parquet as pq

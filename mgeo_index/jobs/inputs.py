@@ -17,7 +17,7 @@ from mgeo_index.catalog.reader import (
     detect_address_column,
     read_catalog,
 )
-from mgeo_index.normalize.policy import DEFAULT_CHUNK_SIZE, JobError
+from mgeo_index.jobs.policy import DEFAULT_CHUNK_SIZE, JobError
 from mgeo_index.text import has_content, normalize as normalize_text
 
 PARQUET_SUFFIXES = (".parquet", ".pq")

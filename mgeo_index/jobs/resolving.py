@@ -1,5 +1,5 @@
 """A job's resolving as a runner task (:mod:`mgeo_index.compute`): each chunk's valid addresses resolved and
-decided (:func:`~mgeo_index.normalize.policy.resolve_outcomes`), by a resolver opened once per process or actor.
+decided (:func:`~mgeo_index.jobs.policy.resolve_outcomes`), by a resolver opened once per process or actor.
 
 Where several workers compute at once (Ray with more than one actor), a chunk is cut into its micro-batches of
 ``batch_size`` addresses, one actor call each, so that a small input still spreads over the actors; in one
@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mgeo_index.compute.task import Task
-from mgeo_index.normalize.inputs import Chunk
-from mgeo_index.normalize.policy import Policy, micro_batches, resolve_outcomes
+from mgeo_index.jobs.inputs import Chunk
+from mgeo_index.jobs.policy import Policy, micro_batches, resolve_outcomes
 
 CHUNKS_PER_WORKER = 4  # chunks' worth of micro-batches per Ray actor in one window
 

@@ -1,8 +1,8 @@
 """A normalize job: tie every row of a file to the catalog, resumably, as a job recorded in the store.
 
-A job reads the input (:mod:`~mgeo_index.normalize.inputs`) in chunks of ``chunk_size`` records, has its
+A job reads the input (:mod:`~mgeo_index.jobs.inputs`) in chunks of ``chunk_size`` records, has its
 *runner* resolve each chunk's valid addresses in micro-batches of ``batch_size``, and writes each chunk's
-output rows to a part file (:mod:`~mgeo_index.normalize.parts`: written aside, fsynced and renamed into
+output rows to a part file (:mod:`~mgeo_index.jobs.parts`: written aside, fsynced and renamed into
 place). Only then is the part recorded as a checkpoint in the store, in the same transaction that
 advances the job's ``rows_done``. A killed job (Ctrl-C, ``kill -9``, a crash) therefore leaves at most one
 unrecorded part, which the next run deletes; it skips the recorded records (re-reading, not re-resolving
@@ -15,7 +15,7 @@ parameters, the index build and both model fingerprints. Resuming with any of th
 with a message naming both values (``--restart`` starts over instead).
 
 The runner is passed in (:func:`mgeo_index.compute.runners.make_runner` picks one by name), the resolving task
-is :mod:`~mgeo_index.normalize.resolving`'s: where chunks are resolved is none of this module's business. A job is
+is :mod:`~mgeo_index.jobs.resolving`'s: where chunks are resolved is none of this module's business. A job is
 recorded only after its runner is known to be available (``runner.require()``).
 """
 from __future__ import annotations
@@ -34,10 +34,10 @@ from mgeo_index import settings, store
 from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.compute.runners import Runner
 from mgeo_index.compute.task import Task
-from mgeo_index.normalize.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
-from mgeo_index.normalize.parts import PartWriter, part_name, parts_dir
-from mgeo_index.normalize.resolving import resolve_chunks, resolve_task
-from mgeo_index.normalize.policy import (
+from mgeo_index.jobs.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
+from mgeo_index.jobs.parts import PartWriter, part_name, parts_dir
+from mgeo_index.jobs.resolving import resolve_chunks, resolve_task
+from mgeo_index.jobs.policy import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MARGIN,

@@ -1,6 +1,6 @@
 """``AddressIndex.normalize(frame)``: a normalize job over a pandas DataFrame, in memory.
 
-The same decisions and columns as a file job (:func:`mgeo_index.normalize.policy.decide`, the
+The same decisions and columns as a file job (:func:`mgeo_index.jobs.policy.decide`, the
 ``admin_*`` columns from the parsed input), without part files or a job record; each distinct
 normalized address is resolved once and its answer given to every row that has it.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mgeo_index.normalize.parts import RESULT_PREFIX
-from mgeo_index.normalize.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
+from mgeo_index.jobs.parts import RESULT_PREFIX
+from mgeo_index.jobs.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
 from mgeo_index.text import has_content, model_text
 
 if TYPE_CHECKING:

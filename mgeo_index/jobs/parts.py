@@ -9,8 +9,8 @@ from typing import Any
 
 from mgeo_index.files import replace_atomic
 from mgeo_index.tables import TableWriter
-from mgeo_index.normalize.inputs import Chunk, as_text, require_pyarrow
-from mgeo_index.normalize.policy import RESULT_COLUMNS
+from mgeo_index.jobs.inputs import Chunk, as_text, require_pyarrow
+from mgeo_index.jobs.policy import RESULT_COLUMNS
 
 RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already has a column of that name
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mgeo_index.compute.runners import RUNNERS, make_runner
-from mgeo_index.normalize.job import JobResult, run_job
+from mgeo_index.jobs.job import JobResult, run_job
 
 
 def normalize_file(
@@ -29,7 +29,7 @@ def normalize_file(
     ``resolver``: an already opened resolver for the local runner (benchmarks, tests).
     ``backend``: the CPU inference backend of the job's resolvers, local or Ray actors (default:
     ``settings.backend``; actors with a GPU always run ``torch``).
-    ``options``: the job's own (:func:`~mgeo_index.normalize.job.run_job`): ``db``, ``model``,
+    ``options``: the job's own (:func:`~mgeo_index.jobs.job.run_job`): ``db``, ``model``,
     ``cross_model``, ``address_column``, ``id_column``, ``min_probability``, ``margin``, ``top_k``,
     ``output_format``, ``chunk_size``, ``batch_size``, ``restart``, ``on_progress``, ``on_job``.
     """
