@@ -62,6 +62,17 @@ def test_explain_parses_both_addresses():
     assert rows["unit"]["state"] == "differ"
 
 
+def test_road_numbers_on_another_road_are_shown_differing():
+    """Two numbers on two different roads name two doors: the explanation says so (it said "roadno agrees: 75号"
+    when the candidate wrote 190号 on another road), while the same number on both stays agreeing."""
+    rows = explain("深圳市南山区中山路75号东方科技园9号楼", "深圳市南山区科技南路190号东方大厦")
+    assert rows["road"]["state"] == "differ"
+    assert rows["roadno"] == {"state": "differ", "query": "75号", "candidate": "190号",
+                              "text": "roadno differs: 75号 vs 190号 (on another road)"}
+    assert explain("深圳市南山区中山路75号", "深圳市南山区科技南路75号")["roadno"]["state"] == "agree"
+    assert explain("深圳市南山区中山路75号", "深圳市南山区中山路190号")["roadno"]["text"] == "roadno differs: 75号 vs 190号"
+
+
 def test_identical_addresses_have_maximal_similarity():
     (row,) = pair_features_batch(["北京市朝阳区建国路88号"], ["北京市朝阳区建国路88号"])
     f = dict(zip(FEATURE_NAMES, row))

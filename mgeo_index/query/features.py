@@ -128,7 +128,8 @@ _STATES = ("agree", "differ", "only_a", "only_b")
 
 def parsed_features(qa: dict, qb: dict) -> list[float]:
     """:func:`compare_parsed` as numbers: the comparison users are shown (:func:`explain_parsed`) is
-    the one scored.
+    the one scored, but for road numbers on two different roads, which users are shown as differing and the
+    shipped heads were fitted reading as agreeing (changing that reading needs the heads refitted).
 
     Per element (EXPLAIN_ORDER): its state one-hot and the fuzzy ratio of the two spans; then whether
     both sides' admin centroids are known and their distance (log km, scaled to [0, 1]). On CCKS (calib / dev, feature
@@ -407,11 +408,19 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
 
 
 def explain_parsed(qa: dict, qb: dict) -> dict:
-    """:func:`compare_parsed` for people: ``{element: {"state", "query", "candidate", "text"}}``."""
+    """:func:`compare_parsed` for people: ``{element: {"state", "query", "candidate", "text"}}``. Road numbers on
+    two different roads are not compared by :func:`number_conflicts` (the pair features keep that reading); for
+    people, two different numbers on different roads differ, and say so."""
+    compared = compare_parsed(qa, qb)
+    other_road = compared.get("road", ("",))[0] == "differ"
     rows = {}
-    for name, (state, a, b, inferred) in compare_parsed(qa, qb).items():
+    for name, (state, a, b, inferred) in compared.items():
+        on_another_road = (name == "roadno" and other_road and state == "agree" and a != b
+                           and not numbers_agree(name, a, b))
+        state = "differ" if on_another_road else state
         detail = f": {a}" if state == "agree" else f": {a or '–'} vs {b or '–'}"
         note = f" (inferred for the {' and the '.join(inferred)})" if inferred else ""
+        note += " (on another road)" if on_another_road else ""
         rows[name] = {"state": state, "query": a, "candidate": b, "text": f"{name} {_STATE_TEXT[state]}{detail}{note}"}
     return rows
 
