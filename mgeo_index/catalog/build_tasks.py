@@ -25,6 +25,11 @@ from mgeo_index.compute.task import Task
 ROWS_PER_WORKER = 100_000
 
 
+def _chunks_per_actor(chunk_size: int) -> int:
+    """Chunks of ``chunk_size`` entries per actor in one window (ROWS_PER_WORKER entries, at least one chunk)."""
+    return max(ROWS_PER_WORKER // max(chunk_size, 1), 1)
+
+
 def _texts(batch: list[dict[str, Any]]) -> dict[str, Any]:
     return {"texts": [e["normalized"] for e in batch]}
 
@@ -47,7 +52,7 @@ def parse_task(chunk_size: int) -> Task:
         return json.loads(row["parsed"])
 
     return Task(local=local, actor=ParseBatch, pack=_texts, unpack=unpack,
-                items_per_actor=max(ROWS_PER_WORKER // max(chunk_size, 1), 1))
+                items_per_actor=_chunks_per_actor(chunk_size))
 
 
 def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
@@ -80,7 +85,7 @@ def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
         return np.frombuffer(row["vectors"], dtype=np.float32).reshape(len(batch), bi.dim)
 
     return Task(local=local, actor=EncodeBatch, pack=_texts, unpack=unpack, gpus=True, kwargs=kwargs,
-                items_per_actor=max(ROWS_PER_WORKER // max(chunk_size, 1), 1))
+                items_per_actor=_chunks_per_actor(chunk_size))
 
 
 class ParseBatch:
