@@ -5,6 +5,7 @@ import random
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,9 +14,10 @@ from mgeo_index.text import normalize
 from mgeo_index.text.gazetteer import default_gazetteer
 from mgeo_index.text.parser import parse, tag_batched
 from mgeo_index.text.tagger import (
-    Tagger, TaggerConfig, load_tagger, spans_from_tags, tags_from_spans,
+    DEFAULT_DIR, TaggerConfig, load_tagger, spans_from_tags, tags_from_spans,
 )
 from mgeo_index.training.data import TAGGED_FILES
+from mgeo_index.training.tagger_network import TaggerNetwork, load_network
 from mgeo_index.training.tagger import entity_scores, load_examples, split_of_text, to_example, train_tagger
 
 
@@ -175,9 +177,9 @@ def test_directly_governed_units_and_towns(gaz):
 # --------------------------------------------------------------------------- tagger algorithms
 
 
-def _tiny_tagger(seed=0) -> Tagger:
+def _tiny_tagger(seed=0) -> TaggerNetwork:
     torch.manual_seed(seed)
-    model = Tagger(TaggerConfig(chars=list("北京朝阳路号"), labels=["poi", "road"], dim=8, hidden=8, dropout=0.0)).eval()
+    model = TaggerNetwork(TaggerConfig(chars=list("北京朝阳路号"), labels=["poi", "road"], dim=8, hidden=8, dropout=0.0)).eval()
     with torch.no_grad():
         for p in (model.transitions, model.start, model.end):
             p.normal_()
@@ -351,7 +353,7 @@ def test_teacher_examples_are_the_teachers_own_paths():
     from mgeo_index.training.tagger import teacher_examples
 
     torch.manual_seed(0)
-    teacher = Tagger(TaggerConfig(chars=list("北京市朝阳区建国路号0123456789"), labels=["district", "road", "roadno"])).eval()
+    teacher = TaggerNetwork(TaggerConfig(chars=list("北京市朝阳区建国路号0123456789"), labels=["district", "road", "roadno"])).eval().tagger()
     texts = ["北京市朝阳区建国路88号", "建国路1号", "收件人朝阳区"]
     examples = teacher_examples(teacher, texts)
     assert [t for t, _ in examples] == texts
@@ -461,39 +463,42 @@ def test_rows_of_one_length_skip_packing_and_tag_the_same():
     packed_ids, packed_mask = tagger.encode(same + ["北京市朝阳区建国路八十八号院三号楼二单元三零一室旁边"])
     assert not bool(packed_mask.all())
     fast, packed = tagger.emissions(ids, mask), tagger.emissions(packed_ids, packed_mask)[: len(same), :length]
-    assert torch.allclose(fast, packed, atol=1e-4, rtol=0)
+    assert np.allclose(fast, packed, atol=1e-4, rtol=0)
     assert tagger.decode(ids, mask) == tagger.decode(packed_ids, packed_mask)[: len(same)]
 
 
-def test_folded_convolution_gives_the_convolutions_emissions_and_paths():
-    """Inference reads the convolution as three per-character tables (no gradient: tables; with one: the
-    convolution itself): the same emissions to float rounding and the same paths, ragged batches included; and
-    the tables follow the weights when they change (an optimizer step, a loaded state)."""
+def test_the_numpy_tagger_gives_the_networks_emissions_and_paths():
+    """Tagging runs in NumPy (no torch in a one-shot parse): the shipped tagger gives the emissions of the torch
+    network it was trained as, to float rounding, and the same paths, ragged batches included; a network's
+    :meth:`~TaggerNetwork.tagger` follows its weights when they change."""
     import csv
 
     with open(settings.SAMPLE_CATALOG, encoding="utf-8") as fh:
         texts = [normalize(row["address"]) for row in csv.DictReader(fh)][:200]
-    tagger = load_tagger()
+    tagger, network = load_tagger(), load_network(DEFAULT_DIR)
     ids, mask = tagger.encode(texts)
     assert not bool(mask.all())
     with torch.no_grad():
-        folded = tagger.emissions(ids, mask)
-    with torch.enable_grad():
-        convolved = tagger.emissions(ids, mask).detach()
-    assert torch.allclose(folded, convolved, atol=1e-4, rtol=0)
-    reference = load_tagger()  # decodes through the convolution itself
-    reference._folded_conv = lambda i: reference.conv(reference.embed(i).transpose(1, 2)).transpose(1, 2)
-    assert tagger.decode(ids, mask) == reference.decode(ids, mask)
+        reference = network.emissions(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    assert np.allclose(tagger.emissions(ids, mask)[mask], reference[mask], atol=1e-4, rtol=0)  # past a text's end: unused
+    assert tagger.decode(ids, mask) == network.decode(torch.from_numpy(ids), torch.from_numpy(mask))
+    assert tagger.tag(texts) == network.tag(texts)
     with torch.no_grad():
-        tagger.conv.weight.mul_(0.5)
-        tagger.embed.weight[2:].add_(0.1)
-        changed = tagger.emissions(ids, mask)
-    with torch.enable_grad():
-        assert torch.allclose(changed, tagger.emissions(ids, mask).detach(), atol=1e-4, rtol=0)
-    assert not torch.allclose(changed, folded, atol=1e-2, rtol=0)
-    with torch.inference_mode():  # a tagger loaded inside inference mode (its weights have no version counter)
-        frozen = load_tagger()
-        assert frozen.decode(ids, mask) == reference.decode(ids, mask)
+        network.lstm.weight_hh_l0.mul_(0.5)
+        network.embed.weight[2:].add_(0.1)
+        changed = network.emissions(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    assert not np.allclose(changed[mask], reference[mask], atol=1e-2, rtol=0)
+    assert np.allclose(network.tagger().emissions(ids, mask)[mask], changed[mask], atol=1e-4, rtol=0)
+
+
+def test_parsing_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from mgeo_index.api import parse; p = parse(['北京市朝阳区建国路88号'])[0]; "
+            "assert p.admin['district'] == '朝阳区', p; assert 'torch' not in sys.modules, 'torch was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
@@ -502,7 +507,7 @@ def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
     from mgeo_index.text.tagger import default_tagger
 
     default_gazetteer(), default_tagger()
-    # its 42,000 units (and torch's objects) are in the permanent generation: a full collection skips them
+    # its 42,000 units are in the permanent generation: a full collection skips them
     assert gc.get_freeze_count() > 42_000
     scanned = {id(o) for o in gc.get_objects(generation=2)}
     assert not any(id(u) in scanned for u in default_gazetteer().units.values())

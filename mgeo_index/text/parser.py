@@ -12,11 +12,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from contextlib import contextmanager
 from functools import lru_cache
 from itertools import groupby
-
-import torch
 
 from mgeo_index.text.gazetteer import DEFAULT_PATH as GAZETTEER_PATH, Gazetteer, default_gazetteer
 from mgeo_index.text.normalize import normalize
@@ -29,19 +26,6 @@ HINT_LABELS = {"poi", "subpoi", "devzone", "community", "village", "assist", "re
 LABEL = re.compile(r"^(?:(?:寄件|发件|收件|收货|联系)人|(?:寄件|发件|收件|收货|发货|送货|详细|联系)?地址)+")
 
 
-@contextmanager
-def one_thread():
-    """Run torch on one intra-op thread for the tagger: its small per-character LSTM and CRF steps
-    gain nothing from a second thread, and on a busy 2-core machine two threads were 4–10× slower
-    (OpenMP threads waiting on each other). The previous setting is restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def tag_batched(tagger: Tagger, texts: Sequence[str], batch_size: int = BATCH) -> list[list[tuple[str, int, int]]]:
     """Tagger spans per text, in input order. Each batch holds texts of one length (as the tagger reads them:
     cut to its ``max_length``), at most ``batch_size`` of them, so the LSTM runs without packing.
@@ -51,13 +35,12 @@ def tag_batched(tagger: Tagger, texts: Sequence[str], batch_size: int = BATCH) -
     width = [min(len(t) - k, tagger.cfg.max_length) for t, k in zip(texts, skip)]
     order = sorted(range(len(texts)), key=lambda i: width[i])
     out: list = [None] * len(texts)
-    with one_thread():
-        for _, same in groupby(order, key=lambda i: width[i]):
-            same = list(same)
-            for i in range(0, len(same), batch_size):
-                chunk = same[i : i + batch_size]
-                for j, spans in zip(chunk, tagger.tag([texts[j][skip[j]:] for j in chunk])):
-                    out[j] = [(label, s + skip[j], e + skip[j]) for label, s, e in spans] if skip[j] else spans
+    for _, same in groupby(order, key=lambda i: width[i]):
+        same = list(same)
+        for i in range(0, len(same), batch_size):
+            chunk = same[i : i + batch_size]
+            for j, spans in zip(chunk, tagger.tag([texts[j][skip[j]:] for j in chunk])):
+                out[j] = [(label, s + skip[j], e + skip[j]) for label, s, e in spans] if skip[j] else spans
     return out
 
 

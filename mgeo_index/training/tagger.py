@@ -21,6 +21,7 @@ from mgeo_index.text.normalize import normalize
 from mgeo_index.measure.splits import split_of
 from mgeo_index.text.parser import admin_mentions, tag_batched
 from mgeo_index.text.tagger import PAD, UNK, Tagger, TaggerConfig, load_tagger, tags_from_spans
+from mgeo_index.training.tagger_network import TaggerNetwork
 from mgeo_index.training.data import TAGGED_FILES, ccks_extra_pairs, ccks_pairs, tagged_addresses, unlabeled_addresses
 
 Example = tuple[str, list[tuple[str, int, int]]]  # (text, [(label, start, end)])
@@ -127,7 +128,7 @@ def entity_scores(gold: list[list[tuple]], pred: list[list[tuple]], ignore: tupl
     }
 
 
-def evaluate(model: Tagger, examples: list[Example], batch_size: int = 512) -> dict:
+def evaluate(model: TaggerNetwork, examples: list[Example], batch_size: int = 512) -> dict:
     model.eval()
     pred = []
     for i in range(0, len(examples), batch_size):
@@ -161,17 +162,17 @@ def _batches(examples: list[Example], size: int, rng: random.Random):
     return batches
 
 
-class EncoderTagger(Tagger):
+class EncoderTagger(TaggerNetwork):
     """The CRF tagger with a pretrained character transformer (a ``BertModel`` and its character tokenizer: one
     token per character) in place of its embedding, convolution and BiLSTM: ``research/eval_pretrained_tagger.py``
-    measures what pretraining adds to element tagging. Not saved or shipped (the parser loads :class:`Tagger`)."""
+    measures what pretraining adds to element tagging. Not saved or shipped (the parser tags with :class:`~mgeo_index.text.tagger.Tagger`)."""
 
     def __init__(self, cfg: TaggerConfig, bert, tokenizer, *, bf16: bool = False):
         super().__init__(cfg)
         if (tokenizer.pad_token_id, tokenizer.unk_token_id) != (PAD, UNK):
             raise ValueError(f"the tokenizer's [PAD] / [UNK] ids must be the tagger's {PAD} / {UNK}")
         del self.embed, self.conv, self.lstm  # the encoder stands for them
-        self.char_ids = tokenizer.get_vocab()  # so Tagger.encode gives the encoder's ids, padded with [PAD]
+        self.char_ids = tokenizer.get_vocab()  # so TaggerNetwork.encode gives the encoder's ids, padded with [PAD]
         self.bert, self.bf16 = bert, bf16
         self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
         self.out = nn.Linear(bert.config.hidden_size, len(self.tags))
@@ -187,7 +188,7 @@ class EncoderTagger(Tagger):
         return self.out(self.drop(hidden[:, 1 : ids.shape[1] + 1].float()))
 
 
-def fit(model: Tagger, opt: torch.optim.Optimizer, train: list[Example], dev: list[Example],
+def fit(model: TaggerNetwork, opt: torch.optim.Optimizer, train: list[Example], dev: list[Example],
         select_dev: list[list[Example]] = (), *, minutes: float, rng: random.Random, log=print,
         batch_size: int = 128) -> dict:
     """Train ``model`` on ``train`` for ``minutes`` of wall clock (each optimizer group's learning rate decays
@@ -266,7 +267,7 @@ def train_tagger(data_dir: Path, out_dir: Path, *, minutes: float = 15.0, seed: 
     chars = [c for c, n in counts.most_common() if n >= 2]
     labels = sorted({s[0] for _, spans in data["train"] for s in spans})
     cfg = TaggerConfig(chars=chars, labels=labels, hidden=hidden, dim=dim)
-    model = Tagger(cfg)
+    model = TaggerNetwork(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     log(f"examples: " + ", ".join(f"{k} {len(v)}" for k, v in data.items()) + f"; chars {len(chars)}, labels {len(labels)}")
     start = time.time()
