@@ -168,7 +168,7 @@ def bench(
     naive: Annotated[int, typer.Option(help="Items timed through the naive per-item loop.")] = 200,
     index_dir: Annotated[Path | None, typer.Option("--index-dir", "-i", help="Also time single-query resolve on this index.")] = None,
     queries: Annotated[int, typer.Option(help="Single queries timed for resolve latency.")] = 200,
-    backend_list: Annotated[str, typer.Option("--backends", help="Comma-separated backends to compare side by side ('' for none; add compile to include torch.compile, which compiles for minutes on a small CPU).")] = ",".join(b for b in settings.BACKENDS if b != "compile"),
+    backend_list: Annotated[str, typer.Option("--backends", help="Comma-separated backends to compare side by side ('' for none; add compile to include torch.compile, which compiles for minutes on a small CPU; numpy is for one-shot commands and is not timed here).")] = ",".join(b for b in settings.BACKENDS if b not in ("compile", "numpy")),
     pairs: Annotated[Path | None, typer.Option(help="Labeled pairs (e.g. ccks2021_train.tsv.gz): each backend's dev macro-F1.")] = None,
     split: Split = "dev",
     build_rows: Annotated[str, typer.Option(help="Comma-separated catalog sizes to build (e.g. 50000,200000): throughput and peak RSS.")] = "",

@@ -25,20 +25,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
-from mgeo_index.model.manifest import ModelError, fingerprint, read_manifest, save_hf_model, write_manifest
-from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, check_group_head, decide, load_group_head
+from mgeo_index.model.manifest import ModelError, fingerprint, read_cross_manifest, save_hf_model, write_manifest
+from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
+from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, load_group_head
 from mgeo_index.model.tokenizer import load_tokenizer
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
-from mgeo_index.settings import LABELS
 
 KIND = "cross-encoder"
 FEATURE_HEAD = "feature_head.safetensors"
-# The cascade leaves a pair to the network when its feature-only P(exact_match) is at least this, whatever the
-# gate's confidence: candidates that might be ranked first keep the network's finer P(exact_match). Chosen on the
-# 1,812 CCKS train + calibration queries (research/eval_cascade.py), as the largest cap that changed no reranked
-# rank 1 against the network on every pair: 0.05 / 0.04 / 0.035 / 0.03 changed 4 / 2 / 1 / 0 of them, the network
-# scoring 50 / 54 / 56 / 58% of the pairs. (Dev, 306 queries: 3 / 2 / 2 / 0.) A gate may carry its own ``max_exact``.
-GATE_MAX_EXACT = 0.03
 
 
 class FeatureHead(nn.Module):
@@ -74,7 +68,7 @@ def average_heads(heads: list[FeatureHead]) -> FeatureHead:
     return merged.eval()
 
 
-class CrossEncoder(torch.nn.Module):
+class CrossEncoder(Scoring, torch.nn.Module):
     def __init__(self, model, tokenizer, *, max_length: int = 128, temperature: float = 1.0):
         super().__init__()
         self.model = model
@@ -108,56 +102,21 @@ class CrossEncoder(torch.nn.Module):
     def group_head(self, head: GroupHead | None) -> None:
         self._group_head, self._group_head_loader = head, None
 
-    def decide(self, probs: np.ndarray) -> np.ndarray:
-        """Label index (in ``self.labels`` order) for each row of probabilities (see the module docstring)."""
-        probs = np.asarray(probs, dtype=np.float64).reshape(-1, len(self.labels))
-        return decide(probs, self.decision_offsets or [0.0] * len(self.labels))
-
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order
         return self.model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).logits
 
-    @property
-    def uses_network(self) -> bool:
-        """False for a stacked scorer whose calibration gave the network no weight (``alpha`` 0): the
-        transformer is then never run and the feature head scores alone."""
-        return self.stack is None or self.stack["alpha"] != 0.0
-
-    def feature_logits(self, features: torch.Tensor) -> torch.Tensor:
-        """``beta · feature_head + bias``: the stacked scorer without its network term (cheap: the
-        resolver prescreens its candidate pool with it before running the network)."""
+    def head_logits(self, features: np.ndarray) -> np.ndarray:
+        """The feature head's logits (B, 3) for (B, F) features."""
         with torch.inference_mode():
-            feature_logits = self.feature_head(features)
-        return self.stack["beta"] * feature_logits + torch.tensor(self.stack["bias"], dtype=torch.float32)
+            return self.feature_head(torch.from_numpy(np.asarray(features, dtype=np.float32))).float().numpy()
 
-    def gate_probabilities(self, features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """(calibrated feature-only probabilities (B, 3), whether each pair is decided without the network).
-
-        Per pair, from its features alone: the same answer whatever it is batched with."""
+    def _softmax(self, logits: np.ndarray, temperature: float) -> np.ndarray:
         from mgeo_index.runtime import kernels
 
-        with torch.inference_mode():
-            logits = self.gate["beta"] * self.feature_head(features) + torch.tensor(self.gate["bias"], dtype=torch.float32)
-        probs = kernels.softmax(logits).numpy()
-        decided = self.decide(probs)
-        sure = probs[np.arange(len(probs)), decided] >= self.gate["min_probability"]
-        allowed = [self.labels.index(label) for label in self.gate.get("labels", self.labels)]
-        # a pair that could still be the answer (feature-only P(exact_match) above GATE_MAX_EXACT) goes to the
-        # network: candidates competing for rank 1 are ordered by its finer P(exact_match)
-        unlikely = probs[:, self.labels.index("exact_match")] < self.gate.get("max_exact", GATE_MAX_EXACT)
-        return probs, sure & np.isin(decided, allowed) & unlikely
-
-    def stacked_logits(self, logits: torch.Tensor, first: list[str], second: list[str],
-                       features: np.ndarray | None = None) -> torch.Tensor:
-        """Combine network logits (B, 3) with the feature head's logits for the same pairs
-        (``features``: their :func:`~mgeo_index.query.features.pair_features_batch`, when already computed)."""
-        from mgeo_index.query.features import pair_features_batch
-
-        if features is None:
-            features = pair_features_batch(first, second)
-        return self.stack["alpha"] * logits.float().cpu() + self.feature_logits(torch.from_numpy(features))
+        return kernels.softmax(torch.from_numpy(logits), temperature=temperature).numpy()
 
     def save(self, path: str | Path, *, half: bool = True) -> None:
         path = Path(path)
@@ -212,51 +171,18 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
     a new one); ``trainable``: the network as a ``transformers`` model, to train it (otherwise a BERT runs as
     :mod:`mgeo_index.model.bert`'s plain modules: the same outputs, a faster start)."""
     path = Path(path)
-    manifest = read_manifest(path, KIND)
-    config = bert.read_config(path)
-    labels = tuple(config.id2label[i] for i in range(config.num_labels))
-    if set(labels) != set(LABELS):
-        raise ModelError(
-            f"{path}: cross-encoder labels are {labels}; expected the three labels {LABELS} "
-            "(set id2label in config.json)."
-        )
+    read = read_cross_manifest(path, stacked=stacked, group_head=group_head)
     tokenizer = load_tokenizer(path)
     model = bert.load_network(path, classifier=True, trainable=trainable)
-    cross = CrossEncoder(
-        model,
-        tokenizer,
-        max_length=manifest.get("max_length", 128),
-        temperature=float(manifest.get("temperature", 1.0)),
-    )
-    if stacked and manifest.get("stack"):
-        from mgeo_index.query.features import FEATURE_NAMES
-        from mgeo_index.text.parser import parser_version
-
-        refit = f"refit it: python scripts/recalibrate.py --model {path}"
-        if manifest["stack"].get("features") != list(FEATURE_NAMES):
-            raise ModelError(f"{path}: its feature head was trained on other features than this version computes; {refit}")
-        if manifest["stack"].get("parser") != parser_version():
-            raise ModelError(f"{path}: its feature head was trained on the parses of {manifest['stack'].get('parser')}, "
-                             f"but this version parses with {parser_version()}; {refit}")
+    cross = CrossEncoder(model, tokenizer, max_length=read["max_length"], temperature=read["temperature"])
+    if read["stack"] is not None:
         cross.feature_head = load_head(path)
-        cross.stack = manifest["stack"]
-        cross.gate = manifest.get("gate")
-    if manifest.get("decision_offsets"):
-        offsets = manifest["decision_offsets"]
-        if set(offsets) != set(labels):
-            raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
-        cross.decision_offsets = [float(offsets[label]) for label in labels]
-    if manifest.get("number_policy"):
-        policy = manifest["number_policy"]
-        if not isinstance(policy, dict) or not {"exact_match", "partial_vs_not"} <= set(policy):
-            raise ModelError(f"{path}: number_policy in its manifest must give exact_match and partial_vs_not; "
-                             f"found {policy!r}.")
-        cross.number_policy = policy
-    if stacked and group_head and manifest.get("group_head") and cross.feature_head is not None:  # stacks the feature head's logits
+        cross.stack, cross.gate = read["stack"], read["gate"]
+    cross.decision_offsets, cross.number_policy = read["decision_offsets"], read["number_policy"]
+    if read["group_head"] is not None:  # checked now, read when first used
         from mgeo_index.query.features import FEATURE_NAMES
 
-        check_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))  # refused now, read when first used
-        cross._group_head_loader = partial(load_group_head, path, manifest["group_head"], labels, len(FEATURE_NAMES))
+        cross._group_head_loader = partial(load_group_head, path, read["group_head"], read["labels"], len(FEATURE_NAMES))
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mgeo_index.model.decision import decide
 from mgeo_index.model.tree_head import balanced_weights, lightgbm, predict_threads
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
@@ -100,11 +101,6 @@ def stacked_probabilities(weights: Sequence[float], bias: Sequence[float], colum
     logits = sum(w * np.asarray(c, dtype=np.float64) for w, c in zip(weights, columns)) + np.asarray(bias)
     e = np.exp(logits - logits.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
-
-
-def decide(probs: np.ndarray, offsets: Sequence[float]) -> np.ndarray:
-    """The label maximizing log P + its decision offset."""
-    return np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + np.asarray(offsets), axis=1)
 
 
 @dataclass

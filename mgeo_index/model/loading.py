@@ -38,26 +38,49 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
             apply_backend: bool = True):
     """The bi-encoder in ``model`` (default: ``settings.bi_model_path``) on ``device``, with ``backend``
     applied (``--backend`` > ``MGEO_INDEX_BACKEND`` > the device's default)."""
+    path = settings.bi_model_path(model)
+    if (numpy := _numpy_backend(backend, device, path)) is not None:
+        return numpy.BiEncoder(path, numpy.numerics())
     from mgeo_index.runtime import backends
     from mgeo_index.model.bi_encoder import load_bi_encoder
 
     device = settings.device(device)
-    bi = load_bi_encoder(settings.bi_model_path(model)).to(device)
-    return backends.apply(bi, backend, device=device) if apply_backend else bi
+    bi = load_bi_encoder(path).to(device)
+    return backends.apply(bi, _torch_backend(backend), device=device) if apply_backend else bi
 
 
 def load_cross(cross_model: str | Path | None = None, *, device: str | None = None, backend: str | None = None,
                profile: str | None = None):
     """The cross-encoder in ``cross_model`` (default: ``settings.cross_model_path``: the bundled one of
     ``profile``), as :func:`load_bi`."""
-    from mgeo_index.runtime import backends
-    from mgeo_index.model.cross_encoder import load_cross_encoder
+    path = settings.cross_model_path(cross_model, profile)
+    if (numpy := _numpy_backend(backend, device, path)) is not None:
+        cross = numpy.CrossEncoder(path, numpy.numerics())
+    else:
+        from mgeo_index.runtime import backends
+        from mgeo_index.model.cross_encoder import load_cross_encoder
 
-    device = settings.device(device)
-    cross = load_cross_encoder(settings.cross_model_path(cross_model, profile)).to(device)
+        device = settings.device(device)
+        cross = backends.apply(load_cross_encoder(path).to(device), _torch_backend(backend), device=device)
     if not settings.cascade():
         cross.gate = None
-    return backends.apply(cross, backend, device=device)
+    return cross
+
+
+def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
+    """:mod:`mgeo_index.runtime.numpy_backend` where ``backend`` (or ``MGEO_INDEX_BACKEND``) is ``numpy``, the device
+    the CPU and the model one it computes; otherwise None (the model loads as a torch module)."""
+    if settings.backend(backend) != "numpy" or settings.device(device) != "cpu":
+        return None
+    from mgeo_index.runtime import numpy_backend
+
+    return numpy_backend if numpy_backend.supports(path) else None
+
+
+def _torch_backend(backend: str | None) -> str | None:
+    """The torch backend for ``backend``: a model the numpy backend cannot compute (or one on a GPU) runs on the
+    device's default."""
+    return None if settings.backend(backend) == "numpy" else backend
 
 
 def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:
@@ -116,7 +139,8 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
     """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given; the
     cross-encoder as :func:`index_cross_model` chooses it (``engine``: the index's open store)."""
     device = settings.device(device)
-    bi = load_bi(index_model_path(descriptor.get("model_path"), model), device=device, apply_backend=False)
+    bi = load_bi(index_model_path(descriptor.get("model_path"), model), device=device, backend=backend,
+                 apply_backend=False)
     check_index_model(bi.fingerprint, bi.path, descriptor, index_dir)
     cross = None
     if rerank:
@@ -130,6 +154,8 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
                 f"{path} is model {cross.fingerprint}, but `mgeo-index adapt` recorded version {version['id']} as "
                 f"{version['fingerprint']}: the directory was changed since. Restore it, or go back to the previous "
                 f"version with `mgeo-index adapt --rollback --index-dir {index_dir}`")
+    if getattr(bi, "backend", None) == "numpy":
+        return bi, cross
     from mgeo_index.runtime import backends
 
-    return backends.apply(bi, backend, device=device), cross
+    return backends.apply(bi, _torch_backend(backend), device=device), cross

@@ -100,3 +100,55 @@ def save_tokenizer(tokenizer, path: Path) -> None:
         backend.no_padding()
         backend.no_truncation()
     tokenizer.save_pretrained(path)
+
+
+def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: bool = True) -> dict:
+    """What a cross-encoder directory's manifest and config say, checked (:class:`ModelError` naming what to do
+    otherwise): ``labels`` (config order), ``max_length``, ``temperature``, ``stack`` / ``gate`` (None without
+    a feature head or with ``stacked=False``), ``decision_offsets`` (in label order), ``number_policy`` and
+    ``group_head`` (its manifest entry, checked against its file; None without one or with ``group_head=False``).
+    Imports no torch, except to check a group head."""
+    from mgeo_index.settings import LABELS
+
+    path = Path(path)
+    manifest = read_manifest(path, "cross-encoder")
+    config = json.loads((path / "config.json").read_text())
+    id2label = {int(key): value for key, value in (config.get("id2label") or {0: "LABEL_0", 1: "LABEL_1"}).items()}
+    labels = tuple(id2label[i] for i in range(len(id2label)))
+    if set(labels) != set(LABELS):
+        raise ModelError(
+            f"{path}: cross-encoder labels are {labels}; expected the three labels {LABELS} "
+            "(set id2label in config.json)."
+        )
+    out = {"labels": labels, "max_length": manifest.get("max_length", 128),
+           "temperature": float(manifest.get("temperature", 1.0)), "stack": None, "gate": None,
+           "decision_offsets": None, "number_policy": None, "group_head": None}
+    if stacked and manifest.get("stack"):
+        from mgeo_index.query.features import FEATURE_NAMES
+        from mgeo_index.text.parser import parser_version
+
+        refit = f"refit it: python scripts/recalibrate.py --model {path}"
+        if manifest["stack"].get("features") != list(FEATURE_NAMES):
+            raise ModelError(f"{path}: its feature head was trained on other features than this version computes; {refit}")
+        if manifest["stack"].get("parser") != parser_version():
+            raise ModelError(f"{path}: its feature head was trained on the parses of {manifest['stack'].get('parser')}, "
+                             f"but this version parses with {parser_version()}; {refit}")
+        out["stack"], out["gate"] = manifest["stack"], manifest.get("gate")
+    if manifest.get("decision_offsets"):
+        offsets = manifest["decision_offsets"]
+        if set(offsets) != set(labels):
+            raise ModelError(f"{path}: decision_offsets in its manifest must name the labels {labels}; found {sorted(offsets)}.")
+        out["decision_offsets"] = [float(offsets[label]) for label in labels]
+    if manifest.get("number_policy"):
+        policy = manifest["number_policy"]
+        if not isinstance(policy, dict) or not {"exact_match", "partial_vs_not"} <= set(policy):
+            raise ModelError(f"{path}: number_policy in its manifest must give exact_match and partial_vs_not; "
+                             f"found {policy!r}.")
+        out["number_policy"] = policy
+    if group_head and out["stack"] is not None and manifest.get("group_head"):  # stacks the feature head's logits
+        from mgeo_index.model.group_head import check_group_head
+        from mgeo_index.query.features import FEATURE_NAMES
+
+        check_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))
+        out["group_head"] = manifest["group_head"]
+    return out

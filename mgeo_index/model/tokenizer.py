@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 
@@ -91,10 +92,8 @@ class FastTokenizer:
     def __call__(self, first: str | Sequence[str], second: str | Sequence[str] | None = None, *,
                  padding: bool | str = True, truncation: bool = True, max_length: int | None = None,
                  pad_to_multiple_of: int | None = None, return_tensors: str = "pt") -> dict:
-        import torch
-
-        if return_tensors != "pt":
-            raise ValueError("only return_tensors='pt' is supported")
+        if return_tensors not in ("pt", "np"):
+            raise ValueError("return_tensors must be 'pt' (torch tensors) or 'np' (NumPy arrays)")
         first = [first] if isinstance(first, str) else list(first)
         if second is not None:
             second = [second] if isinstance(second, str) else list(second)
@@ -115,11 +114,16 @@ class FastTokenizer:
             else:
                 backend.no_padding()
             encodings = backend.encode_batch(first if second is None else list(zip(first, second)))
-        return {
-            "input_ids": torch.tensor([e.ids for e in encodings], dtype=torch.long),
-            "token_type_ids": torch.tensor([e.type_ids for e in encodings], dtype=torch.long),
-            "attention_mask": torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),
+        arrays = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
         }
+        if return_tensors == "np":
+            return arrays
+        import torch
+
+        return {name: torch.from_numpy(array) for name, array in arrays.items()}
 
     def save_pretrained(self, path: str | Path) -> None:
         """``tokenizer.json`` (no padding or truncation state) and the settings it was read with."""

@@ -9,22 +9,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from mgeo_index import settings, store
 from mgeo_index.query import features
 from mgeo_index.catalog import generations
 from mgeo_index.index import sparse as sparse_index, vector_store
-from mgeo_index.runtime import inference, kernels
-from mgeo_index.model.bi_encoder import BiEncoder
+from mgeo_index.runtime import inference
 from mgeo_index.model import numbers as number_policy
-from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.settings import LABELS
 from mgeo_index.text import has_content, model_text
 from mgeo_index.text.parser import parse, parser_version
+
+if TYPE_CHECKING:  # the models: torch modules, or the numpy backend's (mgeo_index.runtime.numpy_backend)
+    from mgeo_index.model.bi_encoder import BiEncoder
+    from mgeo_index.model.cross_encoder import CrossEncoder
 
 # Reranked order: P(exact_match) plus a share of the fused retrieval score (relative to the best
 # candidate's), which breaks the reranker's near-ties. Chosen on the CCKS calibration split (116
@@ -284,7 +286,7 @@ class Resolver:
             )
             if cross.uses_network and any(len(matches) > depth for matches in results):
                 # feature-only P(exact), through the one softmax dispatch point the scorer uses
-                prior = kernels.softmax(cross.feature_logits(torch.from_numpy(pair_features)))[:, exact].numpy()
+                prior = cross.probabilities(cross.feature_logits(pair_features))[:, exact]
                 kept, start = [], 0
                 for matches in results:
                     rows = range(start, start + len(matches))

@@ -14,9 +14,6 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-import torch
-
-from mgeo_index.runtime import kernels
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Tokens per batch (padded size). On the CPU smaller batches stay in cache: with int8 on one thread, 4,096
@@ -48,6 +45,8 @@ def default_precision(device: str) -> str:
 
 
 def _autocast(device: str, precision: str):
+    import torch
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     if precision == "fp32":
@@ -75,13 +74,27 @@ def _run(
     second: Sequence[str] | None,
     *,
     max_length: int,
-    postprocess: Callable[[torch.Tensor], torch.Tensor],
+    output: str,
     device: str | None,
     precision: str | None,
     max_tokens: int | None,
     max_batch: int,
     on_batch: Callable[[int], None] | None,
+    temperature: float = 1.0,
 ) -> np.ndarray:
+    """``output`` of each item, input order: ``normalized`` (L2-normalized rows), ``logits`` or ``probabilities``
+    (softmax at ``temperature``), float32."""
+    if getattr(module, "backend", None) == "numpy":  # mgeo_index.runtime.numpy_backend: no torch
+        from mgeo_index.runtime import numpy_backend
+
+        return numpy_backend.run(module, first, second, output=output, temperature=temperature,
+                                 max_tokens=max_tokens or CPU_MAX_TOKENS, max_batch=max_batch, on_batch=on_batch)
+    import torch
+
+    from mgeo_index.runtime import kernels
+
+    postprocess = {"normalized": lambda x: kernels.l2_normalize(x.float()), "logits": lambda x: x.float(),
+                   "probabilities": lambda x: kernels.softmax(x.float(), temperature=temperature)}[output]
     device = str(device or next(module.parameters()).device)
     precision = precision or default_precision(device)
     runner = getattr(module, "runner", None)  # set by backends.apply (ONNX Runtime, int8, compiled…)
@@ -160,7 +173,7 @@ def encode(
         items,
         None,
         max_length=model.max_length,
-        postprocess=lambda emb: kernels.l2_normalize(emb.float()),
+        output="normalized",
         device=device,
         precision=precision,
         max_tokens=max_tokens,
@@ -192,10 +205,11 @@ def score_pairs(
         return np.empty((0, len(cross.labels)), dtype=np.float32)
     stacked = getattr(cross, "feature_head", None) is not None
     if stacked and not cross.uses_network:  # the feature head alone: the transformer has no weight
-        logits = cross.stacked_logits(torch.zeros(len(queries), len(cross.labels)), list(queries), list(candidates), features)
+        zeros = np.zeros((len(queries), len(cross.labels)), dtype=np.float32)
+        logits = cross.stacked_logits(zeros, list(queries), list(candidates), features)
         if on_batch is not None:
             on_batch(len(queries))
-        return kernels.softmax(logits).numpy()
+        return cross.probabilities(logits)
     run = dict(device=device, precision=precision, max_tokens=max_tokens, max_batch=max_batch, on_batch=on_batch)
     if stacked and getattr(cross, "gate", None) is not None:
         # the cascade: pairs the feature-only scorer decides clearly keep its probabilities; the network
@@ -204,7 +218,7 @@ def score_pairs(
 
         if features is None:
             features = pair_features_batch(list(queries), list(candidates))
-        out, decided = cross.gate_probabilities(torch.from_numpy(features))
+        out, decided = cross.gate_probabilities(features)
         rest = np.flatnonzero(~decided)
         if on_batch is not None and len(rest) < len(queries):
             on_batch(len(queries) - len(rest))
@@ -226,20 +240,19 @@ def _network_probabilities(cross, queries: list[str], candidates: list[str], fea
         list(candidates),
         max_length=cross.max_length,
         # plain model: softmax on the device; stacked: raw logits, combined with the features below
-        postprocess=(lambda logits: logits.float()) if stacked else (
-            lambda logits: kernels.softmax(logits.float(), temperature=cross.temperature)),
+        output="logits" if stacked else "probabilities",
+        temperature=cross.temperature,
         **run,
     )
     if stacked:
-        logits = cross.stacked_logits(torch.from_numpy(out), list(queries), list(candidates), features)
-        out = kernels.softmax(logits).numpy()
+        out = cross.probabilities(cross.stacked_logits(out, list(queries), list(candidates), features))
     return out
 
 
 def network_logits(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None) -> np.ndarray:
     """The cross-encoder network's raw logits (n, 3) at temperature 1 on every pair: no feature head, no cascade."""
     return _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length,
-                postprocess=lambda logits: logits.float(), device=device, precision=None, max_tokens=None,
+                output="logits", device=device, precision=None, max_tokens=None,
                 max_batch=512, on_batch=None)
 
 
@@ -254,8 +267,7 @@ def component_logits(cross, queries: Sequence[str], candidates: Sequence[str], *
 
     if features is None:
         features = pair_features_batch(list(queries), list(candidates))
-    with torch.inference_mode():
-        return [network, cross.feature_head(torch.from_numpy(features)).float().numpy()]
+    return [network, cross.head_logits(features)]
 
 
 def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
@@ -264,18 +276,16 @@ def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[
     (softmax of its logits at the fitted temperature) and the feature head alone (the cascade's
     feature-only fit, else ``beta · head + bias``); (n, 3) each, the second None without a feature head.
     The review queue orders items by how much these disagree."""
-    logits = torch.from_numpy(network_logits(cross, queries, candidates, device=device))
-    network = kernels.softmax(logits, temperature=cross.temperature).numpy()
+    network = cross.probabilities(network_logits(cross, queries, candidates, device=device), cross.temperature)
     if getattr(cross, "feature_head", None) is None:
         return network, None
     from mgeo_index.query.features import pair_features_batch
 
     if features is None:
         features = pair_features_batch(list(queries), list(candidates))
-    x = torch.from_numpy(features)
     if getattr(cross, "gate", None) is not None:
-        return network, cross.gate_probabilities(x)[0]
-    return network, kernels.softmax(cross.feature_logits(x)).numpy()
+        return network, cross.gate_probabilities(features)[0]
+    return network, cross.probabilities(cross.feature_logits(features))
 
 
 def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:
