@@ -218,17 +218,6 @@ def backend(name: str | None = None, device: str = "cpu") -> str:
     return chosen or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)
 
 
-# `resolve` of at most this many addresses runs the networks with the numpy backend (no torch to import: a one-shot
-# resolve 1.7 s instead of 2.6 s) unless --backend or MGEO_INDEX_BACKEND names one.
-ONE_SHOT_QUERIES = 16
-
-
-def one_shot_backend(name: str | None, queries: int) -> str | None:
-    """The backend of a command that resolves ``queries`` addresses and exits (see ``ONE_SHOT_QUERIES``)."""
-    if name or env("BACKEND") or queries > ONE_SHOT_QUERIES:
-        return name
-    return "numpy"
-
 
 def cascade(enabled: bool | None = None) -> bool:
     """Whether a cross-encoder with a gate skips the network for the pairs its feature-only scorer decides

@@ -50,10 +50,10 @@ def main() -> None:
     features = np.vstack([call[2] for call in seen])
     pools = group_head.runs(firsts)  # a query's pool: consecutive pairs with the same query text
     network = inference._run(cross, cross.tokenizer, firsts, seconds, max_length=cross.max_length,
-                             postprocess=lambda logits: logits.float(), device="cpu", precision=None, max_tokens=None,
+                             output="logits", device="cpu", precision=None, max_tokens=None,
                              max_batch=512, on_batch=None).astype(np.float64)
-    x = torch.from_numpy(features)
-    head = cross.feature_logits(x).numpy().astype(np.float64)
+    x = features
+    head = cross.feature_logits(x).astype(np.float64)
     alpha = cross.stack["alpha"]
     gate_probs, gated = cross.gate_probabilities(x)
     exact = cross.labels.index("exact_match")

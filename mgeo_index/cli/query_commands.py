@@ -67,7 +67,6 @@ def resolve(
 
     with friendly_errors():
         items = read_queries(queries or [], file)
-        backend = settings.one_shot_backend(backend, len(items))  # a few addresses: no torch to import
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:

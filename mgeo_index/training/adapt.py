@@ -231,9 +231,9 @@ def holdout_split(queries: list[str], *, seed: int = 0, share: float = HOLDOUT) 
 def probabilities(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray) -> np.ndarray:
     """What :func:`mgeo_index.runtime.inference.score_pairs` gives for these pairs, from their numbers: the stack,
     and the cascade's feature-only probabilities where its gate decides."""
-    x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
-    combined = cross.stack["alpha"] * torch.from_numpy(np.asarray(logits, dtype=np.float32)) + cross.feature_logits(x)
-    out = kernels.softmax(combined).numpy()
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    out = cross.probabilities(np.float32(cross.stack["alpha"]) * np.asarray(logits, dtype=np.float32)
+                              + cross.feature_logits(x))
     if cross.gate is not None:
         alone, decided = cross.gate_probabilities(x)
         out[decided] = alone[decided]
