@@ -11,7 +11,8 @@ import torch
 from mgeo_index import settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
-from mgeo_index.runtime import backends, inference, numpy_backend, quant
+from mgeo_index.model import numpy_backend
+from mgeo_index.runtime import backends, inference, quant
 
 BI, CROSS = settings.bi_model_path(None), settings.cross_model_path(None, "default")
 QUERIES = ["北京市朝阳区建国路88号", "杭州西湖文三路478号华星时代广场A座1201室", "深圳南山", "浙江省宁波市海曙区中山西路2号"]

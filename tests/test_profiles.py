@@ -28,6 +28,9 @@ def test_the_profile_comes_from_the_option_the_environment_the_index_then_the_de
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert settings.profile() == ("default", None)  # never accurate silently on a CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(settings, "gpu_present", lambda: False)  # no GPU device files: torch is not even asked
+    assert settings.profile() == ("default", None)
+    monkeypatch.setattr(settings, "gpu_present", lambda: True)
     chosen, note = settings.profile()
     assert chosen == "accurate" and "CUDA" in note  # and it says so
     with pytest.raises(ValueError, match="default, accurate"):

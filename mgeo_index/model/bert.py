@@ -21,41 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mgeo_index.model.bert_files import SCALE_SUFFIX, WEIGHTS, Config, read_config, supports  # noqa: F401  (re-exported)
+from mgeo_index.model import bert_files
 from mgeo_index.runtime import attention
 
-_ACTIVATIONS = {"gelu": F.gelu}
+_ACTIVATIONS = {"gelu": F.gelu}  # bert_files.ACTIVATIONS, as torch functions
 DTYPES = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-class Config:
-    """A model's ``config.json``, read as attributes (``hidden_size``, ``id2label`` with int keys, …)."""
-
-    def __init__(self, values: dict):
-        self.values = dict(values)
-        self.__dict__.update(self.values)
-        labels = self.values.get("id2label") or {0: "LABEL_0", 1: "LABEL_1"}  # transformers' default
-        self.id2label = {int(key): value for key, value in labels.items()}
-        self.num_labels = len(self.id2label)
-
-    def to_dict(self) -> dict:
-        return dict(self.values)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.values, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def read_config(path: str | Path) -> Config:
-    return Config(json.loads((Path(path) / "config.json").read_text()))
-
-
-def supports(config: Config) -> bool:
-    """Whether this module computes what ``transformers`` would for ``config``: an encoder-only BERT with
-    absolute positions and erf GELU."""
-    return (config.values.get("model_type") == "bert" and not config.values.get("is_decoder", False)
-            and not config.values.get("add_cross_attention", False)
-            and config.values.get("position_embedding_type", "absolute") == "absolute"
-            and config.values.get("hidden_act") in _ACTIVATIONS
-            and config.values.get("chunk_size_feed_forward", 0) == 0)
 
 
 @dataclass
@@ -232,26 +203,9 @@ class BertClassifier(Transformer):
         return Output(logits=self.classifier(self.bert.pooler(hidden)))
 
 
-WEIGHTS = "model.safetensors"
-SCALE_SUFFIX = "_scale"  # beside an int8 weight: its per-output-channel scales (float32)
-
-
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """A model directory's weights as FP32 tensors by name: FP16 / FP32 as stored, and int8 ones (a Linear weight
-    stored by :func:`int8_weights`, with ``NAME_scale`` beside it) multiplied back by their scales."""
-    from safetensors import safe_open
-
-    state = {}
-    with safe_open(Path(path) / WEIGHTS, framework="pt") as weights:
-        names = set(weights.keys())
-        for name in names:
-            if name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in names:
-                continue
-            tensor = weights.get_tensor(name)
-            if tensor.dtype == torch.int8:
-                tensor = tensor.float() * weights.get_tensor(name + SCALE_SUFFIX).float()[:, None]
-            state[name] = tensor.float()
-    return state
+    """:func:`mgeo_index.model.bert_files.read_weights` as FP32 tensors."""
+    return {name: torch.from_numpy(array) for name, array in bert_files.read_weights(path).items()}
 
 
 def int8_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ from torch import nn
 from mgeo_index.model import bert
 from mgeo_index.model.manifest import ModelError, fingerprint, read_cross_manifest, save_hf_model, write_manifest
 from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
-from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, load_group_head
+from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, check_group_head, load_group_head
 from mgeo_index.model.tokenizer import load_tokenizer
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 
@@ -179,9 +179,10 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
         cross.feature_head = load_head(path)
         cross.stack, cross.gate = read["stack"], read["gate"]
     cross.decision_offsets, cross.number_policy = read["decision_offsets"], read["number_policy"]
-    if read["group_head"] is not None:  # checked now, read when first used
+    if read["group_head"] is not None:
         from mgeo_index.query.features import FEATURE_NAMES
 
+        check_group_head(path, read["group_head"], read["labels"], len(FEATURE_NAMES))  # refused now, read when first used
         cross._group_head_loader = partial(load_group_head, path, read["group_head"], read["labels"], len(FEATURE_NAMES))
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())

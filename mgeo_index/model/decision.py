@@ -1,6 +1,6 @@
 """How a cross-encoder turns scores into labels, in NumPy: the stacked scorer's combination, the cascade's gate and
 the decision offsets. Shared by the torch :class:`~mgeo_index.model.cross_encoder.CrossEncoder` and the NumPy one
-of :mod:`mgeo_index.runtime.numpy_backend`. Each supplies its feature head's logits and its softmax (reductions,
+of :mod:`mgeo_index.model.numpy_backend`. Each supplies its feature head's logits and its softmax (reductions,
 whose order is each framework's own); the elementwise steps here give the same bits in either."""
 from __future__ import annotations
 

@@ -68,11 +68,11 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
 
 
 def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
-    """:mod:`mgeo_index.runtime.numpy_backend` where ``backend`` (or ``MGEO_INDEX_BACKEND``) is ``numpy``, the device
+    """:mod:`mgeo_index.model.numpy_backend` where ``backend`` (or ``MGEO_INDEX_BACKEND``) is ``numpy``, the device
     the CPU and the model one it computes; otherwise None (the model loads as a torch module)."""
     if settings.backend(backend) != "numpy" or settings.device(device) != "cpu":
         return None
-    from mgeo_index.runtime import numpy_backend
+    from mgeo_index.model import numpy_backend
 
     return numpy_backend if numpy_backend.supports(path) else None
 

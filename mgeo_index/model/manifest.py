@@ -106,15 +106,15 @@ def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: b
     """What a cross-encoder directory's manifest and config say, checked (:class:`ModelError` naming what to do
     otherwise): ``labels`` (config order), ``max_length``, ``temperature``, ``stack`` / ``gate`` (None without
     a feature head or with ``stacked=False``), ``decision_offsets`` (in label order), ``number_policy`` and
-    ``group_head`` (its manifest entry, checked against its file; None without one or with ``group_head=False``).
-    Imports no torch, except to check a group head."""
+    ``group_head`` (its manifest entry, for :func:`mgeo_index.model.group_head.check_group_head`; None without one
+    or with ``group_head=False``). Imports no torch."""
+    from mgeo_index.model.bert_files import read_config
     from mgeo_index.settings import LABELS
 
     path = Path(path)
     manifest = read_manifest(path, "cross-encoder")
-    config = json.loads((path / "config.json").read_text())
-    id2label = {int(key): value for key, value in (config.get("id2label") or {0: "LABEL_0", 1: "LABEL_1"}).items()}
-    labels = tuple(id2label[i] for i in range(len(id2label)))
+    config = read_config(path)
+    labels = tuple(config.id2label[i] for i in range(config.num_labels))
     if set(labels) != set(LABELS):
         raise ModelError(
             f"{path}: cross-encoder labels are {labels}; expected the three labels {LABELS} "
@@ -146,9 +146,5 @@ def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: b
                              f"found {policy!r}.")
         out["number_policy"] = policy
     if group_head and out["stack"] is not None and manifest.get("group_head"):  # stacks the feature head's logits
-        from mgeo_index.model.group_head import check_group_head
-        from mgeo_index.query.features import FEATURE_NAMES
-
-        check_group_head(path, manifest["group_head"], labels, len(FEATURE_NAMES))
         out["group_head"] = manifest["group_head"]
     return out

@@ -24,7 +24,7 @@ from mgeo_index.settings import LABELS
 from mgeo_index.text import has_content, model_text
 from mgeo_index.text.parser import parse, parser_version
 
-if TYPE_CHECKING:  # the models: torch modules, or the numpy backend's (mgeo_index.runtime.numpy_backend)
+if TYPE_CHECKING:  # the models: torch modules, or the numpy backend's (mgeo_index.model.numpy_backend)
     from mgeo_index.model.bi_encoder import BiEncoder
     from mgeo_index.model.cross_encoder import CrossEncoder
 

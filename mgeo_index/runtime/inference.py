@@ -40,6 +40,14 @@ def length_sorted_batches(lengths: Sequence[int], *, max_tokens: int = 16384, ma
     return batches
 
 
+def input_batches(first: Sequence[str], second: Sequence[str] | None, *, max_length: int, max_tokens: int,
+                  max_batch: int) -> list[np.ndarray]:
+    """:func:`length_sorted_batches` of texts (or pairs) by their length in tokens as the encoders read them
+    (characters, [CLS] / [SEP] included, cut at ``max_length``)."""
+    lengths = [min(len(a) + (len(second[i]) if second is not None else 0) + 3, max_length) for i, a in enumerate(first)]
+    return length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch)
+
+
 def default_precision(device: str) -> str:
     return "fp16" if str(device).startswith("cuda") else "fp32"
 
@@ -84,11 +92,9 @@ def _run(
 ) -> np.ndarray:
     """``output`` of each item, input order: ``normalized`` (L2-normalized rows), ``logits`` or ``probabilities``
     (softmax at ``temperature``), float32."""
-    if getattr(module, "backend", None) == "numpy":  # mgeo_index.runtime.numpy_backend: no torch
-        from mgeo_index.runtime import numpy_backend
-
-        return numpy_backend.run(module, first, second, output=output, temperature=temperature,
-                                 max_tokens=max_tokens or CPU_MAX_TOKENS, max_batch=max_batch, on_batch=on_batch)
+    if getattr(module, "backend", None) == "numpy":  # mgeo_index.model.numpy_backend's models batch themselves
+        return module.run(first, second, output=output, temperature=temperature,
+                          max_tokens=max_tokens or CPU_MAX_TOKENS, max_batch=max_batch, on_batch=on_batch)
     import torch
 
     from mgeo_index.runtime import kernels
@@ -102,9 +108,7 @@ def _run(
     cuda = device.startswith("cuda")
     max_tokens = max_tokens or (GPU_MAX_TOKENS if cuda else CPU_MAX_TOKENS)
     n = len(first)
-    lengths = [len(a) + (len(second[i]) if second is not None else 0) + 3 for i, a in enumerate(first)]
-    lengths = [min(length, max_length) for length in lengths]
-    batches = length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch)
+    batches = input_batches(first, second, max_length=max_length, max_tokens=max_tokens, max_batch=max_batch)
     out: np.ndarray | None = None
     copy_stream = torch.cuda.Stream() if cuda else None
 

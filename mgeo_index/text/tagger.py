@@ -74,12 +74,7 @@ class Tagger:
         self.end = w["end"]
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids [B, T], mask [B, T]) for texts cut to max_length."""
-        texts = [t[: self.cfg.max_length] for t in texts]
-        width = max(max((len(t) for t in texts), default=1), 1)
-        get = self.char_ids.get
-        ids = np.array([[get(c, UNK) for c in t] + [PAD] * (width - len(t)) for t in texts], dtype=np.int64)
-        return ids, ids != PAD
+        return encode(texts, self.char_ids, self.cfg.max_length)
 
     def emissions(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """[B, T, tags] scores of each character's tags."""
@@ -108,6 +103,16 @@ class Tagger:
         if not texts:
             return []
         return spans_of_paths(self.decode(*self.encode(texts)), self.tags)
+
+
+def encode(texts: Sequence[str], char_ids: dict[str, int], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids [B, T], mask [B, T]) for texts cut to ``max_length``, padded with PAD; characters not in ``char_ids``
+    are UNK."""
+    texts = [t[:max_length] for t in texts]
+    width = max(max((len(t) for t in texts), default=1), 1)
+    get = char_ids.get
+    ids = np.array([[get(c, UNK) for c in t] + [PAD] * (width - len(t)) for t in texts], dtype=np.int64)
+    return ids, ids != PAD
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

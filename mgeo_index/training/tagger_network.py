@@ -13,7 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.text.tagger import (
-    CONFIG, FORBIDDEN, PAD, UNK, WEIGHTS, Tagger, TaggerConfig, allowed_transitions, best_paths, read_config, spans_of_paths,
+    CONFIG, FORBIDDEN, PAD, WEIGHTS, Tagger, TaggerConfig, allowed_transitions, best_paths, encode, read_config,
+    spans_of_paths,
 )
 
 
@@ -39,13 +40,9 @@ class TaggerNetwork(nn.Module):
 
     # ---- inputs -------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ids [B, T], mask [B, T]) for texts cut to max_length."""
-        texts = [t[: self.cfg.max_length] for t in texts]
-        width = max(max((len(t) for t in texts), default=1), 1)
-        get = self.char_ids.get
-        rows = [[get(c, UNK) for c in t] + [PAD] * (width - len(t)) for t in texts]  # one tensor, not one per row
-        ids = torch.tensor(rows, dtype=torch.long)
-        return ids, ids != PAD
+        """(ids [B, T], mask [B, T]) for texts cut to max_length (:func:`mgeo_index.text.tagger.encode`)."""
+        ids, mask = encode(texts, self.char_ids, self.cfg.max_length)
+        return torch.from_numpy(ids), torch.from_numpy(mask)
 
     # ---- network ------------------------------------------------------------------------------
     def emissions(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,11 @@
 """The ``numpy`` backend: the shipped encoders computed with NumPy alone, so that a one-shot command starts without
 importing torch (1.2–1.7 s of a 2.6 s ``resolve`` of one address).
 
-It reads a model directory as :mod:`mgeo_index.model.bert` does (``config.json``, ``model.safetensors`` in FP16,
-FP32 or int8 with scales) and computes BERT's forward pass in evaluation mode: embeddings, post-LayerNorm
-residual blocks, erf GELU (the polynomial torch's CPU kernel uses), a tanh pooler. Its Linear layers compute as
-the CPU's default backend does (:func:`mgeo_index.settings.backend`), so a one-shot answer is the answer the same
-machine gives in a batch job:
+It reads a model directory as :mod:`mgeo_index.model.bert` does (:mod:`mgeo_index.model.bert_files`:
+``config.json``, ``model.safetensors`` in FP16, FP32 or int8 with scales) and computes BERT's forward pass in
+evaluation mode: embeddings, post-LayerNorm residual blocks, erf GELU (the polynomial torch's CPU kernel uses), a
+tanh pooler. Its Linear layers compute as the CPU's default backend does (:func:`mgeo_index.settings.backend`), so
+that a one-shot answer stays as close as it can to the answer the same machine gives in a batch job:
 
 - ``int8`` (VNNI CPUs): weights quantized per output channel, activations per row, as
   :mod:`mgeo_index.runtime.quant`; the int8 products are summed in FP32, which is exact (a sum of at most
@@ -21,12 +21,12 @@ default. Built for a handful of queries: batch throughput stays with the torch b
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from mgeo_index import settings
+from mgeo_index.model import bert_files
 from mgeo_index.model.decision import Scoring
 
 LEVELS = 127.0  # as mgeo_index.runtime.quant
@@ -37,24 +37,6 @@ NUMERICS = {"int8": "int8", "bf16": "bf16"}  # backend → how Linear layers com
 def numerics(backend: str | None = None) -> str:
     """How Linear layers compute: as the CPU's default backend (or ``backend``) would."""
     return NUMERICS.get(settings.backend(backend), "fp32")
-
-
-def read_weights(path: str | Path) -> dict[str, np.ndarray]:
-    """A model directory's weights as FP32 arrays by name (int8 ones multiplied back by their scales, as
-    :func:`mgeo_index.model.bert.read_weights`)."""
-    from safetensors import safe_open
-
-    state = {}
-    with safe_open(str(Path(path) / "model.safetensors"), framework="np") as weights:
-        names = set(weights.keys())
-        for name in names:
-            if name.endswith("_scale") and name.removesuffix("_scale") in names:
-                continue
-            tensor = weights.get_tensor(name)
-            if tensor.dtype == np.int8:
-                tensor = tensor.astype(np.float32) * weights.get_tensor(name + "_scale").astype(np.float32)[:, None]
-            state[name] = tensor.astype(np.float32)
-    return state
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -126,19 +108,18 @@ class Bert:
 
     def __init__(self, path: str | Path, *, classifier: bool, kind: str = "fp32"):
         path = Path(path)
-        self.config = json.loads((path / "config.json").read_text())
-        c = self.config
-        w = read_weights(path)
+        self.config = c = bert_files.read_config(path)
+        w = bert_files.read_weights(path)
         prefix = "bert." if any(name.startswith("bert.") for name in w) else ""
         get = lambda name: w[prefix + name]  # noqa: E731
-        self.eps, self.heads, self.bf16 = c["layer_norm_eps"], c["num_attention_heads"], kind == "bf16"
+        self.eps, self.heads, self.bf16 = c.layer_norm_eps, c.num_attention_heads, kind == "bf16"
         self.word, self.position = get("embeddings.word_embeddings.weight"), get("embeddings.position_embeddings.weight")
         self.token_type = get("embeddings.token_type_embeddings.weight")
         self.embedding_norm = get("embeddings.LayerNorm.weight"), get("embeddings.LayerNorm.bias")
         linear = lambda name: Linear(get(name + ".weight"), get(name + ".bias"), kind)  # noqa: E731
         norm = lambda name: (get(name + ".weight"), get(name + ".bias"))  # noqa: E731
         self.layers = []
-        for i in range(c["num_hidden_layers"]):
+        for i in range(c.num_hidden_layers):
             at = f"encoder.layer.{i}."
             self.layers.append({
                 "q": linear(at + "attention.self.query"), "k": linear(at + "attention.self.key"),
@@ -192,10 +173,39 @@ class FeatureHead:
         return x
 
 
-class BiEncoder:
-    """A bi-encoder directory computed by :class:`Bert` (mean or CLS pooling, an optional projection)."""
+class Network:
+    """What both models here share: ``forward`` over NumPy inputs, run in batches by :meth:`run`."""
 
     backend = "numpy"
+    tokenizer = None
+    max_length: int
+
+    def run(self, first, second, *, output: str, temperature: float, max_tokens: int, max_batch: int,
+            on_batch=None) -> np.ndarray:
+        """:func:`mgeo_index.runtime.inference._run` for a model of this backend: length-sorted batches, each
+        padded to its longest item, results in input order."""
+        from mgeo_index.runtime.inference import input_batches
+
+        n = len(first)
+        out = None
+        for idx in input_batches(first, second, max_length=self.max_length, max_tokens=max_tokens, max_batch=max_batch):
+            inputs = self.tokenizer([first[i] for i in idx], [second[i] for i in idx] if second is not None else None,
+                                    padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+            result = self.forward(**inputs)
+            if output == "normalized":  # as torch.nn.functional.normalize
+                result = result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), np.float32(1e-12))
+            elif output == "probabilities":
+                result = softmax(result / np.float32(temperature), axis=1)
+            if out is None:
+                out = np.empty((n, result.shape[1]), dtype=np.float32)
+            out[idx] = result
+            if on_batch is not None:
+                on_batch(len(idx))
+        return out if out is not None else np.empty((0, 0), dtype=np.float32)
+
+
+class BiEncoder(Network):
+    """A bi-encoder directory computed by :class:`Bert` (mean or CLS pooling, an optional projection)."""
 
     def __init__(self, path: str | Path, kind: str):
         from mgeo_index.model.manifest import fingerprint, read_manifest
@@ -215,7 +225,7 @@ class BiEncoder:
             # the int8 backend quantizes every Linear of the model; bf16 only the transformer's
             self.projection = Linear(state["weight"].astype(np.float32), state["bias"].astype(np.float32),
                                      "int8" if kind == "int8" else "fp32")
-        self.dim = manifest.get("projection_dim") or self.runner.config["hidden_size"]
+        self.dim = manifest.get("projection_dim") or self.runner.config.hidden_size
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
 
@@ -229,12 +239,11 @@ class BiEncoder:
         return pooled if self.projection is None else self.projection(pooled)
 
 
-class CrossEncoder(Scoring):
+class CrossEncoder(Network, Scoring):
     """A cross-encoder directory computed by :class:`Bert` and :class:`FeatureHead`, with the label logic of
     :class:`~mgeo_index.model.decision.Scoring` (stack, cascade, offsets, number policy). Its group head is not
     read here (resolving never uses one)."""
 
-    backend = "numpy"
     group_head = None
 
     def __init__(self, path: str | Path, kind: str):
@@ -267,39 +276,11 @@ class CrossEncoder(Scoring):
 
 
 def supports(path: str | Path) -> bool:
-    """Whether this backend computes the model in ``path``: a BERT (``mgeo_index.model.bert.supports``'s kind)
-    whose feature head, if any, is of MLPs."""
+    """Whether this backend computes the model in ``path``: a BERT as :func:`mgeo_index.model.bert_files.supports`
+    says, whose feature head, if any, is of MLPs (not trees)."""
     path = Path(path)
     try:
-        c = json.loads((path / "config.json").read_text())
+        config = bert_files.read_config(path)
     except (OSError, ValueError):
         return False
-    bert_like = (c.get("model_type") == "bert" and not c.get("is_decoder", False) and c.get("hidden_act") == "gelu"
-                 and c.get("position_embedding_type", "absolute") == "absolute")
-    return bert_like and not (path / "feature_head.lgb.txt").exists()
-
-
-def run(model, first, second, *, output: str, temperature: float, max_tokens: int, max_batch: int,
-        on_batch=None) -> np.ndarray:
-    """:func:`mgeo_index.runtime.inference._run` for a model of this backend: length-sorted batches, each padded to
-    its longest item, results in input order."""
-    from mgeo_index.runtime.inference import length_sorted_batches
-
-    n = len(first)
-    lengths = [min(len(a) + (len(second[i]) if second is not None else 0) + 3, model.max_length)
-               for i, a in enumerate(first)]
-    out = None
-    for idx in length_sorted_batches(lengths, max_tokens=max_tokens, max_batch=max_batch):
-        inputs = model.tokenizer([first[i] for i in idx], [second[i] for i in idx] if second is not None else None,
-                                 padding=True, truncation=True, max_length=model.max_length, return_tensors="np")
-        result = model.forward(**inputs)
-        if output == "normalized":  # as torch.nn.functional.normalize
-            result = result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), np.float32(1e-12))
-        elif output == "probabilities":
-            result = softmax(result / np.float32(temperature), axis=1)
-        if out is None:
-            out = np.empty((n, result.shape[1]), dtype=np.float32)
-        out[idx] = result
-        if on_batch is not None:
-            on_batch(len(idx))
-    return out if out is not None else np.empty((0, 0), dtype=np.float32)
+    return bert_files.supports(config) and not (path / "feature_head.lgb.txt").exists()
