@@ -24,7 +24,8 @@ processes falls on all of them; per command the median and best wall time, the m
 ``answers`` — do two versions give the same answers? Each resolves the same ``--queries`` CCKS queries (a fixed
 shuffle of the distinct queries of ``pairs/ccks2021_train.tsv.gz``) against the same index and records every
 match's id, label and probabilities; reported: queries whose ranked ids differ, matches whose label differs, the
-largest probability difference. A speed change that keeps results must report 0 / 0.
+largest probability difference. A speed change that keeps results must report 0 / 0. ``--backend NAME`` runs this
+checkout's side on that backend (``--before .``: a backend against the default, in the same code).
 
 ``profiles`` — the two profiles' cost in this checkout, alternating round by round, best of ``--rounds``:
 ``match`` of the first ``--pairs`` CCKS pairs and ``normalize`` of ``--rows`` distinct CCKS queries over the
@@ -141,10 +142,11 @@ open(out, "w", encoding="utf-8").write(json.dumps(answers))
 """
 
 
-def run(argv: list[str], *, code: Path | None = None) -> tuple[float, float, str]:
+def run(argv: list[str], *, code: Path | None = None, env_extra: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak resident MB, stdout) of one child process; ``code``: run ``argv`` (``python -c``
-    arguments) on the mgeo_index of that checkout, PYTHONPATH and working directory both ``code``."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    arguments) on the mgeo_index of that checkout, PYTHONPATH and working directory both ``code``; ``env_extra``:
+    variables set for the child."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env_extra or {})
     if code is not None:
         env["PYTHONPATH"] = str(code)
         argv = [sys.executable, "-c", CHECK + argv[0], *argv[1:]]
@@ -326,7 +328,9 @@ def answers(args: argparse.Namespace) -> None:
         queries_file.write_text(json.dumps(queries, ensure_ascii=False), encoding="utf-8")
         for name, code in (("before", args.before.resolve()), ("after", HERE)):
             out = Path(tmp) / f"{name}.json"
-            run([ANSWERS, str(args.index_dir.resolve()), str(queries_file), str(out), str(args.top_k)], code=code)
+            chosen = {"MGEO_INDEX_BACKEND": args.backend} if name == "after" and args.backend else None
+            run([ANSWERS, str(args.index_dir.resolve()), str(queries_file), str(out), str(args.top_k)], code=code,
+                env_extra=chosen)
             found[name] = json.loads(out.read_text(encoding="utf-8"))
     before, after = found["before"], found["after"]
     rankings = sum([m[0] for m in a] != [m[0] for m in b] for a, b in zip(before, after))
@@ -344,7 +348,8 @@ def answers(args: argparse.Namespace) -> None:
                 largest = max(largest, *(abs(probs[k] - other[2][k]) for k in probs))
     print(json.dumps({"queries": len(queries), "top_k": args.top_k, "rankings_differ": rankings,
                       "matches_compared": matches, "labels_differ": labels, "largest_probability_difference": largest,
-                      "before": str(args.before), "after": str(HERE)}, indent=2))
+                      "before": str(args.before), "after": str(HERE) + (f" --backend {args.backend}" if args.backend else "")},
+                     indent=2))
 
 
 # ---- profiles ------------------------------------------------------------------------------------------------
@@ -403,6 +408,8 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=data)
     p.add_argument("--queries", type=int, default=2000)
     p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--backend", help="this checkout resolves with this backend (MGEO_INDEX_BACKEND); with --before . "
+                                     "it is compared with the default one")
     p.set_defaults(run=answers)
     p = sub.add_parser("profiles", help="the default and accurate profiles' cost")
     p.add_argument("--index-dir", type=Path, required=True, help="an index of the CCKS catalog")
