@@ -140,8 +140,10 @@ def test_ray_options_are_refused_clearly_before_anything_is_stored(tmp_path, ray
     assert result.exit_code == 2 and "Invalid value for '--workers'" in result.output and "Traceback" not in result.output
     with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
         build(settings.SAMPLE_CATALOG, index_dir, engine="ray", workers=0)
-    with pytest.raises(ValueError, match="--workers is for --engine ray"):
-        build(settings.SAMPLE_CATALOG, index_dir, workers=2)
+    with pytest.raises(ValueError, match="--gpus-per-worker is for --engine ray"):
+        build(settings.SAMPLE_CATALOG, index_dir, workers=2, gpus_per_worker=1)
+    with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
+        build(settings.SAMPLE_CATALOG, index_dir, workers=0)
     assert "--engine must be local or ray, not 'spark'" in _one_error_line(cli_build("--engine", "spark"))
     assert "GPU actors (--gpus-per-worker) run torch" in _one_error_line(
         cli_build("--engine", "ray", "--gpus-per-worker", "1", "--backend", "int8"))

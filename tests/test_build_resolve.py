@@ -339,9 +339,29 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
         assert result.entries_parsed == result.vectors_added == 300 and runner.describe()["threads"] == n
         states.append(catalog_state(index_dir))
         assert torch.get_num_threads() == threads  # restored
-    (entries, elements, vectors), (entries2, elements2, vectors2) = states
+    _assert_same_catalog(*states)
+
+
+def _assert_same_catalog(state, other) -> None:
+    (entries, elements, vectors), (entries2, elements2, vectors2) = state, other
     assert entries == entries2 and elements == elements2
     assert vectors.keys() == vectors2.keys() and all(np.array_equal(vectors[i], vectors2[i]) for i in vectors)
+
+
+@pytest.mark.slow
+def test_worker_processes_build_the_same_catalog_as_this_process(tmp_path):
+    """``build --workers 2``: two worker processes, each loading the tagger and the bi-encoder from their files,
+    parse and embed the chunks; the store and the vectors are those of a build in this process."""
+    from mgeo_index.catalog.generations import catalog_state
+
+    states = []
+    for workers in (None, 2):
+        index_dir = tmp_path / f"workers-{workers}"
+        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60,
+                       workers=workers)
+        assert result.entries_parsed == result.vectors_added == 300
+        states.append(catalog_state(index_dir))
+    _assert_same_catalog(*states)
 
 
 def test_in_threads_keeps_order_reads_ahead_at_most_its_width_and_raises_the_first_error():

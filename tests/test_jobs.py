@@ -494,7 +494,70 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
         got = list(resolve_chunks(runner, iter(chunks), task, batch_size=2))
         assert [c for c, _ in got] == chunks
         assert [[o["address"] for o in outcomes] for _, outcomes in got] == [c.valid_addresses() for c in chunks]
-    assert spread.items == [["甲", "乙"], ["丙", "丁"], ["戊"], ["己"], ["庚", "辛"]]
+    # three workers: a chunk of five is cut in ones (two items a worker at least), within the batch size of two
+    assert spread.items == [["甲"], ["乙"], ["丙"], ["丁"], ["戊"], ["己"], ["庚"], ["辛"]]
+    spread.workers, spread.items = 1 + 1, []
+    list(resolve_chunks(spread, iter([_chunk(list("甲乙丙丁戊己庚辛壬癸"))]), task, batch_size=2))
+    assert [len(item) for item in spread.items] == [2, 2, 2, 2, 2]
+
+
+@pytest.mark.slow
+def test_worker_processes_write_the_rows_of_one_process(index_dir, job_input, reference, tmp_path):
+    """``--workers 2`` on the local runner: two worker processes, each with its own resolver, write the very
+    bytes of the job computed in this process (the default backend is batch-independent)."""
+    out = tmp_path / "workers.csv"
+    result = normalize_file(job_input[0], out, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH,
+                            top_k=TOP_K, workers=2)
+    assert result.rows == reference[1].rows
+    assert out.read_bytes() == reference[0].read_bytes()
+
+
+def test_worker_processes_give_results_in_order_and_raise_a_workers_error(tmp_path):
+    """The process pool: results in input order whatever finishes first, an actor's exception raised here as
+    it was raised there, and a worker that dies named as such."""
+    from mgeo_index.compute.processes import in_processes
+    from mgeo_index.compute.task import Task
+
+    task = Task(local=lambda: None, actor=_SlowEcho, pack=lambda item: {"item": item},
+                unpack=lambda item, row: row["item"], kwargs={"fail_on": 7})
+    got = []
+    with pytest.raises(ValueError, match="no 7 here"):
+        for item, result in in_processes(task, range(10), workers=2):
+            got.append((item, result))
+    assert got == [(i, i * 10) for i in range(7)]
+    dying = Task(local=lambda: None, actor=_SlowEcho, pack=lambda item: {"item": item},
+                 unpack=lambda item, row: row["item"], kwargs={"fail_on": -1, "die_on": 1})
+    with pytest.raises(RuntimeError, match="worker process died"):
+        list(in_processes(dying, range(3), workers=2))
+
+
+class _SlowEcho:
+    """A worker's actor: ten times its item, the early items slowest (so later ones finish first)."""
+
+    def __init__(self, fail_on: int, die_on: int = -1) -> None:
+        self.fail_on, self.die_on = fail_on, die_on
+
+    def __call__(self, batch: dict) -> dict:
+        import os
+        import time
+
+        item = int(batch["item"][0])
+        if item == self.die_on:
+            os._exit(3)
+        if item == self.fail_on:
+            raise ValueError(f"no {item} here")
+        time.sleep(0.05 * max(0, 3 - item))
+        return {"seq": batch["seq"], "item": [item * 10]}
+
+
+def test_local_workers_are_checked():
+    from mgeo_index.compute.runners import make_runner
+
+    runner = make_runner("local", device="cpu", workers=2, threads=1)
+    assert (runner.workers, runner.threads) == (2, 1) and runner.describe()["workers"] == 2
+    assert make_runner("local", device="cpu").workers == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        make_runner("local", device="cpu", workers=0)
 
 
 def test_the_ray_actor_resolves_as_this_process_does_with_the_jobs_policy(index_dir):

@@ -57,19 +57,20 @@ def parse_task(chunk_size: int) -> Task:
 
 def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
     """Float32 vectors of each chunk's normalized texts, by ``bi``. Made before anything is stored, so it refuses
-    early: the local runner embeds with ``bi`` itself (moved to its device, ``backend`` applied); Ray actors load
+    early: the local runner in one process embeds with ``bi`` itself (moved to its device, ``backend`` applied);
+    its worker processes and Ray actors load
     it from its directory (none: refused) with ``backend`` (torch on GPUs; else the one given, the model's own, or
     the default), and each chunk's vectors are checked to come from the same model."""
     from mgeo_index.runtime import backends
 
     kwargs: dict[str, Any] = {}
-    if runner.name == "local":
+    if runner.name == "local" and runner.workers == 1:
         bi.to(runner.device)
         backends.ensure(bi, backend, device=runner.device)
     else:
         if not bi.path:
-            raise ValueError("the Ray runner's actors load the bi-encoder from its directory: give a saved model "
-                             "(--model DIR), not one built in this process")
+            raise ValueError("worker processes and Ray actors load the bi-encoder from its directory: give a saved "
+                             "model (--model DIR), not one built in this process")
         kwargs = {"model": bi.path, "device": runner.device, "backend": "torch" if runner.gpus_per_worker > 0 else
                   backends.require(backend or getattr(bi, "backend", None) or settings.backend(None, runner.device))}
 

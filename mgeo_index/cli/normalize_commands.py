@@ -35,7 +35,7 @@ def normalize(
     batch_size: Annotated[int, typer.Option(min=1, help="Rows per resolver call.")] = _default("DEFAULT_BATCH_SIZE"),
     engine: Annotated[str, typer.Option(help="local, or ray (Ray Data actor pool).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address, e.g. ray://head:10001 \\[default: a local Ray].")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Ray actors (one model + index replica each) \\[default: CPU count locally].")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Worker processes (local, CPU) or Ray actors, one model + index replica each \\[default: this process locally; with Ray, the CPU count].")] = None,
     gpus_per_worker: Annotated[float, typer.Option(min=0.0, help="GPUs per Ray actor (0: CPU actors).")] = 0.0,
     restart: Annotated[bool, typer.Option("--restart", help="Discard an unfinished job for this output and start over.")] = False,
     db: Db = None,

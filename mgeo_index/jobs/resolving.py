@@ -47,6 +47,12 @@ def resolve_task(resolving, *, resolver=None, chunk_size: int) -> Task:
                 items_per_actor=CHUNKS_PER_WORKER * per_chunk)
 
 
+def spread(rows: int, batch_size: int, workers: int) -> int:
+    """Addresses per item when ``workers`` compute a chunk of ``rows`` at once: micro-batches of ``batch_size``, cut
+    smaller where that gives every worker at least two (so a small input keeps all of them busy)."""
+    return max(1, min(batch_size, -(-rows // (2 * workers))))
+
+
 def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int) -> Iterator[tuple[Chunk, list[dict]]]:
     """``(chunk, outcomes of its valid rows)`` in input order, as each chunk is done, on ``runner``."""
     fine = runner.workers > 1
@@ -54,7 +60,8 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
 
     def items() -> Iterator[list[str]]:
         for chunk in chunks:
-            parts = micro_batches(chunk.valid_addresses(), batch_size) if fine else [chunk.valid_addresses()]
+            addresses = chunk.valid_addresses()
+            parts = micro_batches(addresses, spread(len(addresses), batch_size, runner.workers)) if fine else [addresses]
             parts = [p for p in parts if p]
             owners.append((chunk, len(parts)))
             yield from parts

@@ -23,8 +23,8 @@ def normalize_file(
     gpus_per_worker: float = 0.0,
     **options: Any,
 ) -> JobResult:
-    """Run (or resume) the normalize job writing ``output_path`` on the runner named ``engine`` (``local`` or
-    ``ray``: ``ray_address``, ``workers``, ``gpus_per_worker``).
+    """Run (or resume) the normalize job writing ``output_path`` on the runner named ``engine`` (``local``:
+    ``workers`` worker processes, else this one; or ``ray``: ``ray_address``, ``workers``, ``gpus_per_worker``).
 
     ``resolver``: an already opened resolver for the local runner (benchmarks, tests).
     ``backend``: the CPU inference backend of the job's resolvers, local or Ray actors (default:
