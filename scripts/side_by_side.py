@@ -10,7 +10,8 @@
 catalog strings; 0: all 39,627) and measures two views. **As a user runs it** (whole process: start-up, imports
 and model loading included, the machine's threads): ``mgeo-index normalize`` of ``--rows`` CCKS queries, all
 distinct, and of the same number of rows where each of ``rows / 5`` addresses appears 5 times (order files repeat
-a store's address); ``mgeo-index match`` of ``--pairs`` CCKS pairs; a one-shot ``mgeo-index resolve``. **The
+a store's address), with ``--workers N`` also in N worker processes (this checkout, against the release's one
+process); ``mgeo-index match`` of ``--pairs`` CCKS pairs; a one-shot ``mgeo-index resolve``. **The
 resolver alone**: the same normalize jobs with the resolver opened before the clock starts (rows/s, split into the
 two networks' forward passes and the rest), and single-query resolve latency (p50 / p99 over ``--queries`` calls
 in one warm process). ``bounds`` gives the normalize ratios this checkout would reach if its networks took no
@@ -230,6 +231,10 @@ def throughput(args: argparse.Namespace) -> None:
                         for kind in ("distinct", "repeated")}
                 runs[f"match {args.pairs} pairs"] = ("match", "--file", tmp / "pairs.tsv", "--out", tmp / f"{name}-match-{round_}.tsv")
                 runs["resolve one address"] = ("resolve", queries[-1], "--index-dir", tmp / name)
+                if args.workers and name == "this":  # against the release's own (single-process) normalize
+                    for kind in ("distinct", "repeated"):
+                        runs[f"normalize {kind} {args.rows} rows --workers {args.workers}"] = (
+                            *runs[f"normalize {kind} {args.rows} rows"], "--workers", args.workers)
                 for what, command in runs.items():
                     keep_best(user[name], what, cli(code, *command)[0])
                 for kind in ("distinct", "repeated"):
@@ -259,15 +264,18 @@ def throughput(args: argparse.Namespace) -> None:
         / report["this"][f"normalize_{kind}_ms_per_row"]["the rest"]
         for kind in ("distinct", "repeated")
     }
-    as_user = {what: {"release_s": round(user["release"][what], 2), "this_s": round(user["this"][what], 2),
-                      "speed-up": round(user["release"][what] / user["this"][what], 2)} for what in user["this"]}
+    as_user = {}
+    for what in user["this"]:
+        release = user["release"][what.split(" --workers")[0]]
+        as_user[what] = {"release_s": round(release, 2), "this_s": round(user["this"][what], 2),
+                         "speed-up": round(release / user["this"][what], 2)}
     print(json.dumps({"cpu": cpu_kind(), "cores": os.cpu_count(), "catalog_rows": len(catalog),
                       "versions": {k: str(v) for k, v in versions.items()}, "as_a_user_runs_it": as_user,
                       "resolver_alone": {"report": report, "ratios": ratios, "bounds": bounds}}, indent=2, ensure_ascii=False))
     print(f"\nas a user runs it, CPU {cpu_kind()}, {os.cpu_count()} cores, catalog {len(catalog):,} entries, "
           f"best of {args.rounds}:")
     for what, row in as_user.items():
-        print(f"  {what:32} release {row['release_s']:7.2f} s   this {row['this_s']:7.2f} s   {row['speed-up']:5.2f}x")
+        print(f"  {what:45} release {row['release_s']:7.2f} s   this {row['this_s']:7.2f} s   {row['speed-up']:5.2f}x")
 
 
 # ---- start ---------------------------------------------------------------------------------------------------
@@ -396,6 +404,7 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=5000, help="CCKS pairs for the match figure")
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--workers", type=int, default=0, help="also normalize in this many worker processes (this checkout)")
     p.set_defaults(run=throughput)
     p = sub.add_parser("start", help="one-shot commands' wall time and peak memory")
     p.add_argument("--release", type=Path, help="a checkout of an earlier release, run side by side")

@@ -501,6 +501,34 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
     assert [len(item) for item in spread.items] == [2, 2, 2, 2, 2]
 
 
+def test_several_workers_resolve_each_distinct_address_once_across_chunks():
+    """Repeats go to no worker twice: the first chunk's distinct addresses are computed, a later chunk's rows get
+    the answers already in hand (a chunk of repeats alone is handed to no worker), and every row its address's
+    answer, the same one a single worker gives."""
+    from mgeo_index.compute.local import LocalRunner
+    from mgeo_index.compute.task import Task
+    from mgeo_index.jobs.resolving import resolve_chunks
+
+    computed: list[str] = []
+
+    def compute(addresses):
+        computed.extend(addresses)
+        return [{"address": a, "answer": f"answer {a.strip()}"} for a in addresses]
+
+    task = Task(local=lambda: compute, actor=object, pack=dict, unpack=lambda item, row: row)
+    chunks = [_chunk(["甲", "乙", "甲 ", None, "丙"]), _chunk(["乙", "丁"]), _chunk(["甲", "丙"]), _chunk(["戊", "丁"])]
+    spread = _SpreadRunner()
+    got = list(resolve_chunks(spread, iter(chunks), task, batch_size=8))
+    assert sorted(computed) == ["丁", "丙", "乙", "戊", "甲"]  # 甲 and "甲 " read the same: one of them computed
+    assert [[o["answer"] for o in outcomes] for _, outcomes in got] == [
+        ["answer 甲", "answer 乙", "answer 甲", "answer 丙"], ["answer 乙", "answer 丁"], ["answer 甲", "answer 丙"],
+        ["answer 戊", "answer 丁"]]
+    assert [c for c, _ in got] == chunks
+    computed.clear()
+    one = list(resolve_chunks(LocalRunner("cpu"), iter(chunks), task, batch_size=8))
+    assert [[o["answer"] for o in outcomes] for _, outcomes in one] == [[o["answer"] for o in outcomes] for _, outcomes in got]
+
+
 @pytest.mark.slow
 def test_worker_processes_write_the_rows_of_one_process(index_dir, job_input, reference, tmp_path):
     """``--workers 2`` on the local runner: two worker processes, each with its own resolver, write the very

@@ -1,9 +1,10 @@
 """A job's resolving as a runner task (:mod:`mgeo_index.compute`): each chunk's valid addresses resolved and
 decided (:func:`~mgeo_index.jobs.policy.resolve_outcomes`), by a resolver opened once per process or actor.
 
-Where several workers compute at once (Ray with more than one actor), a chunk is cut into its micro-batches of
-``batch_size`` addresses, one actor call each, so that a small input still spreads over the actors; in one
-process the whole chunk is one item, so repeats across the chunk are resolved once and micro-batches are full.
+Where several workers compute at once (worker processes, or Ray with more than one actor), a chunk is cut into
+micro-batches of ``batch_size`` addresses, smaller where that leaves a worker without two (:func:`spread`), one
+actor call each, so that a small input still spreads over the workers; in one process the whole chunk is one
+item, so repeats across the chunk are resolved once and micro-batches are full.
 Either way every address is resolved by the same code with the same policy and results do not depend on what an
 address is batched with, so both runners write the same rows.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from mgeo_index.compute.task import Task
 from mgeo_index.jobs.inputs import Chunk
-from mgeo_index.jobs.policy import Policy, micro_batches, resolve_outcomes
+from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, micro_batches, resolve_outcomes
 
 CHUNKS_PER_WORKER = 4  # chunks' worth of micro-batches per Ray actor in one window
 
@@ -54,32 +55,58 @@ def spread(rows: int, batch_size: int, workers: int) -> int:
 
 
 def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int) -> Iterator[tuple[Chunk, list[dict]]]:
-    """``(chunk, outcomes of its valid rows)`` in input order, as each chunk is done, on ``runner``."""
+    """``(chunk, outcomes of its valid rows)`` in input order, as each chunk is done, on ``runner``.
+
+    One worker gets whole chunks (its own memo answers repeats). Several get micro-batches of the distinct addresses
+    (as the resolver reads them) that no earlier item carried: each is resolved by one worker once, and its answer
+    given here to every row that has it, in this chunk or a later one (the last ``MEMO_LIMIT`` answers kept)."""
+    from mgeo_index.text import model_text
+
     fine = runner.workers > 1
-    owners: deque[tuple[Chunk, int]] = deque()  # chunks whose items were handed to the runner, with their count
+    owners: deque[tuple[Chunk, list[str], int]] = deque()  # chunks handed to the runner: (chunk, keys, items)
+    answers: dict[str, dict | None] = {}  # several workers: each address's outcome, None while it is computed
 
     def items() -> Iterator[list[str]]:
         for chunk in chunks:
             addresses = chunk.valid_addresses()
-            parts = micro_batches(addresses, spread(len(addresses), batch_size, runner.workers)) if fine else [addresses]
-            parts = [p for p in parts if p]
-            owners.append((chunk, len(parts)))
+            if not fine:
+                parts, keys = [addresses] if addresses else [], []
+            else:
+                keys = [model_text(a) for a in addresses]
+                todo: dict[str, str] = {}
+                for key, address in zip(keys, addresses):
+                    if key not in answers and key not in todo:
+                        todo[key] = address
+                answers.update(dict.fromkeys(todo))
+                parts = micro_batches(list(todo.values()), spread(len(todo), batch_size, runner.workers))
+            owners.append((chunk, keys, len(parts)))
             yield from parts
 
-    def finished() -> Iterator[tuple[Chunk, list[dict]]]:  # the chunks at the front that wait for nothing
-        while owners and owners[0][1] == 0:
-            yield owners.popleft()[0], []
+    def complete(collected: list[dict]) -> tuple[Chunk, list[dict]]:
+        chunk, keys, _ = owners.popleft()
+        if not fine:
+            return chunk, collected
+        outcomes = [dict(answers[key]) for key in keys]
+        if len(answers) > MEMO_LIMIT:  # forget the oldest answers no chunk in hand still needs
+            needed = {key for _, waiting, _ in owners for key in waiting}
+            for key in [k for k in answers if k not in needed and answers[k] is not None][: len(answers) - MEMO_LIMIT]:
+                del answers[key]
+        return chunk, outcomes
+
+    def finished() -> Iterator[tuple[Chunk, list[dict]]]:  # the chunks at the front that wait for no item
+        while owners and owners[0][2] == 0:
+            yield complete([])
 
     collected: list[dict] = []
     got = 0
-    for _, outcomes in runner.map(items(), task):
+    for part, outcomes in runner.map(items(), task):
         yield from finished()
-        chunk, count = owners[0]
+        if fine:
+            answers.update(zip((model_text(a) for a in part), outcomes))
         collected += outcomes
         got += 1
-        if got == count:
-            owners.popleft()
-            yield chunk, collected
+        if got == owners[0][2]:
+            yield complete(collected)
             collected, got = [], 0
     yield from finished()
     if owners:
