@@ -538,6 +538,15 @@ def test_worker_processes_write_the_rows_of_one_process(index_dir, job_input, re
                             top_k=TOP_K, workers=2)
     assert result.rows == reference[1].rows
     assert out.read_bytes() == reference[0].read_bytes()
+    # interrupted with two workers, resumed in this process: the job is the same job, the output the same bytes
+    again = tmp_path / "interrupted.csv"
+    with pytest.raises(KeyboardInterrupt):
+        normalize_file(job_input[0], again, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH,
+                       top_k=TOP_K, workers=2, on_progress=_interrupt_after_first_chunk())
+    assert _job_in_store(index_dir, again)["rows_done"] == CHUNK
+    resumed = normalize_file(job_input[0], again, index_dir, device="cpu", chunk_size=CHUNK, batch_size=BATCH,
+                             top_k=TOP_K)
+    assert resumed.resumed_from == CHUNK and again.read_bytes() == reference[0].read_bytes()
 
 
 def test_worker_processes_give_results_in_order_and_raise_a_workers_error(tmp_path):
