@@ -28,7 +28,8 @@ class LocalRunner:
         if (workers or 1) > 1 and self.device != "cpu":
             raise ValueError(f"--workers {workers} is for the CPU; on {self.device} one process computes")
         self.workers = workers or 1  # processes computing at once
-        self.threads = side_by_side(self.device, threads) if self.workers == 1 else worker_threads(self.workers, threads)
+        self.threads = (side_by_side(self.device, threads) if self.workers == 1
+                        else worker_threads(self.workers, threads))
 
     def require(self) -> None:
         """Raise a clear error when the runner cannot run here (nothing to check for this one)."""

@@ -12,8 +12,8 @@ def make_runner(name: str = "local", *, device: str | None = None, backend: str 
                 ray_address: str | None = None, workers: int | None = None, gpus_per_worker: float = 0.0,
                 threads: int | None = None) -> Runner:
     """The runner called ``name``, its options checked, nothing started: ``local`` on ``device`` (``threads``
-    items side by side on a CPU, or ``workers`` worker processes), or ``ray`` (``ray_address``, ``workers``, ``gpus_per_worker``; ``device`` is then
-    the CPU actors'; ``backend`` is checked against GPU actors)."""
+    items side by side on a CPU, or ``workers`` worker processes), or ``ray`` (``ray_address``, ``workers``,
+    ``gpus_per_worker``; ``device`` is then the CPU actors'; ``backend`` is checked against GPU actors)."""
     if name == "local":
         ray_only = [option for option, given in (("--ray-address", ray_address is not None),
                                                  ("--gpus-per-worker", bool(gpus_per_worker))) if given]
