@@ -611,3 +611,9 @@ def test_the_ray_actor_resolves_as_this_process_does_with_the_jobs_policy(index_
     addresses = [VARIANT, _catalog_rows()[1]["address"], VARIANT]
     row = task.actor(**task.kwargs)({"seq": [0], **{k: [v] for k, v in task.pack(addresses).items()}})
     assert task.unpack(addresses, {k: v[0] for k, v in row.items()}) == task.local()(addresses)
+    # several workers: the driver keeps the answers (resolve_chunks), so an actor keeps none of its own
+    spread = resolve_task(resolving, chunk_size=CHUNK, workers=2)
+    actor = spread.actor(**spread.kwargs)
+    row = actor({"seq": [0], **{k: [v] for k, v in spread.pack(addresses).items()}})
+    assert actor.memo is None and task.kwargs["remember"] and not spread.kwargs["remember"]
+    assert spread.unpack(addresses, {k: v[0] for k, v in row.items()}) == task.local()(addresses)

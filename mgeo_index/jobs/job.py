@@ -271,7 +271,7 @@ def run_job(
             return result
         spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
         try:
-            task = resolve_task(resolving, resolver=resolver, chunk_size=chunk_size)
+            task = resolve_task(resolving, resolver=resolver, chunk_size=chunk_size, workers=runner.workers)
             _run(eng, job, writer, chunks, runner, task, resolving, result, progress, rows_total)
         except KeyboardInterrupt:
             store.update_job(eng, job["id"], status="interrupted", seconds=spent(),

@@ -23,9 +23,10 @@ from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, micro_batches, resolve_ou
 CHUNKS_PER_WORKER = 4  # chunks' worth of micro-batches per Ray actor in one window
 
 
-def resolve_task(resolving, *, resolver=None, chunk_size: int) -> Task:
+def resolve_task(resolving, *, resolver=None, chunk_size: int, workers: int = 1) -> Task:
     """Outcomes of a list of addresses. ``resolver``: one already opened in this process (benchmarks, tests), used
-    by the local runner instead of one opened for the job."""
+    by the local runner instead of one opened for the job. ``workers``: the runner's; with several, the actors keep
+    no answers (:func:`resolve_chunks` keeps them here and hands a worker no address twice)."""
 
     def local():
         opened = resolver
@@ -40,7 +41,7 @@ def resolve_task(resolving, *, resolver=None, chunk_size: int) -> Task:
 
     kwargs = {"index_dir": str(Path(resolving.index_dir).resolve()), "db": resolving.db, "model": resolving.model,
               "cross_model": resolving.cross_model, "device": resolving.device, "backend": resolving.backend,
-              "policy": asdict(resolving.policy), "batch_size": resolving.batch_size}
+              "policy": asdict(resolving.policy), "batch_size": resolving.batch_size, "remember": workers == 1}
     per_chunk = -(-max(chunk_size, 1) // max(resolving.batch_size, 1))
     return Task(local=local, actor=ResolveBatch, kwargs=kwargs, gpus=True, side_by_side=False,
                 pack=lambda addresses: {"addresses": list(addresses)},
@@ -114,17 +115,18 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
 
 
 class ResolveBatch:
-    """The Ray actor: one resolver per actor, one list of addresses per call."""
+    """The actor of Ray and of worker processes: one resolver per actor, one list of addresses per call."""
 
     def __init__(self, index_dir: str, db: str | None, model: str, cross_model: str, device: str,
-                 backend: str | None, policy: dict, batch_size: int) -> None:
+                 backend: str | None, policy: dict, batch_size: int, remember: bool = True) -> None:
         from mgeo_index.query.resolver import open_resolver
 
         self.resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                       backend=backend)
         self.policy = Policy(**policy)
         self.batch_size = batch_size
-        self.memo: dict[str, dict] = {}  # this actor's answers, reused for repeated addresses
+        # this actor's answers, reused for repeated addresses in later calls (not where the driver keeps them)
+        self.memo: dict[str, dict] | None = {} if remember else None
 
     def __call__(self, batch: dict) -> dict:
         import numpy as np
