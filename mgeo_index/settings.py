@@ -218,7 +218,6 @@ def backend(name: str | None = None, device: str = "cpu") -> str:
     return chosen or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)
 
 
-
 def cascade(enabled: bool | None = None) -> bool:
     """Whether a cross-encoder with a gate skips the network for the pairs its feature-only scorer decides
     clearly (default on; ``MGEO_INDEX_CASCADE=0`` runs the network on every pair, e.g. to measure the gate)."""

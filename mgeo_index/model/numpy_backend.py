@@ -17,7 +17,8 @@ Attention, LayerNorm and softmax sum in NumPy's order, not torch's: probabilitie
 bit, and int8 now and then rounds an activation to the neighbouring level (up to ~5e-4 on a vector). On 2,000 CCKS
 queries over the CCKS catalog against the int8 backend, 55 rankings (candidates within a few thousandths swapped)
 and 6 of 19,989 labels differed, largest probability difference 0.0048 (``scripts/side_by_side.py answers
---backend numpy``), so it is a choice (``--backend numpy``, ``MGEO_INDEX_BACKEND=numpy``), not the default. Built for a handful of queries: batch throughput stays with the torch backends.
+--backend numpy``), so it is a choice (``--backend numpy``, ``MGEO_INDEX_BACKEND=numpy``), not the default. Built
+for a handful of queries: batch throughput stays with the torch backends.
 """
 from __future__ import annotations
 
@@ -195,13 +196,17 @@ class Network:
             if output == "normalized":  # as torch.nn.functional.normalize
                 result = result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), np.float32(1e-12))
             elif output == "probabilities":
-                result = softmax(result / np.float32(temperature), axis=1)
+                result = self._softmax(result, temperature)
             if out is None:
                 out = np.empty((n, result.shape[1]), dtype=np.float32)
             out[idx] = result
             if on_batch is not None:
                 on_batch(len(idx))
         return out if out is not None else np.empty((0, 0), dtype=np.float32)
+
+    def _softmax(self, logits: np.ndarray, temperature: float) -> np.ndarray:
+        """Row softmax of ``logits / temperature`` (the cross-encoder's, for :class:`Scoring` too)."""
+        return softmax(np.asarray(logits, dtype=np.float32) / np.float32(temperature), axis=1)
 
 
 class BiEncoder(Network):
@@ -270,9 +275,6 @@ class CrossEncoder(Network, Scoring):
 
     def head_logits(self, features: np.ndarray) -> np.ndarray:
         return self.feature_head(features)
-
-    def _softmax(self, logits: np.ndarray, temperature: float) -> np.ndarray:
-        return softmax(np.asarray(logits, dtype=np.float32) / np.float32(temperature), axis=1)
 
 
 def supports(path: str | Path) -> bool:
