@@ -44,6 +44,11 @@ class TaggerConfig:
     def tags(self) -> list[str]:
         return ["O"] + [f"{p}-{label}" for label in self.labels for p in "BI"]
 
+    @property
+    def char_ids(self) -> dict[str, int]:
+        """Character → input id (after PAD and UNK)."""
+        return {c: i + 2 for i, c in enumerate(self.chars)}
+
 
 class Tagger:
     """The tagger's inference in NumPy, FP32: each address is tagged the same whatever it is batched with (every
@@ -52,7 +57,7 @@ class Tagger:
 
     def __init__(self, cfg: TaggerConfig, state: dict[str, np.ndarray]):
         self.cfg = cfg
-        self.char_ids = {c: i + 2 for i, c in enumerate(cfg.chars)}
+        self.char_ids = cfg.char_ids
         self.tags = cfg.tags  # computed once: tag() looks one up per character
         w = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in state.items()}
         conv = w["conv.weight"]  # out, in, 3

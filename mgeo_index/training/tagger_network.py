@@ -24,7 +24,7 @@ class TaggerNetwork(nn.Module):
     def __init__(self, cfg: TaggerConfig):
         super().__init__()
         self.cfg = cfg
-        self.char_ids = {c: i + 2 for i, c in enumerate(cfg.chars)}
+        self.char_ids = cfg.char_ids
         self.tags = cfg.tags  # computed once: tag() looks one up per character
         n = len(self.tags)
         self.embed = nn.Embedding(len(cfg.chars) + 2, cfg.dim, padding_idx=PAD)
