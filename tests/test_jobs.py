@@ -501,6 +501,17 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
     assert [len(item) for item in spread.items] == [2, 2, 2, 2, 2]
 
 
+def test_the_oldest_answers_are_forgotten_past_the_limit_but_not_those_still_needed(monkeypatch):
+    from mgeo_index.jobs import policy
+
+    monkeypatch.setattr(policy, "MEMO_LIMIT", 3)
+    memo = {key: {"answer": key} for key in "abcde"}
+    policy.forget_oldest(memo, keep={"a"})
+    assert list(memo) == ["a", "d", "e"]
+    policy.forget_oldest(memo)
+    assert list(memo) == ["a", "d", "e"]  # within the limit: nothing goes
+
+
 def test_several_workers_resolve_each_distinct_address_once_across_chunks():
     """Repeats go to no worker twice: the first chunk's distinct addresses are computed, a later chunk's rows get
     the answers already in hand (a chunk of repeats alone is handed to no worker), and every row its address's

@@ -10,7 +10,7 @@ The ``DEFAULT_*`` constants are the options' defaults for the Python API and the
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,10 +117,16 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
                                                                    numbers=policy.numbers), parses):
             memo[key] = decide(matches, policy) | admin_columns(parsed)
     out = [dict(memo[k]) for k in keys]
-    if len(memo) > MEMO_LIMIT:  # forget the oldest answers (dicts keep insertion order)
-        for key in list(memo)[: len(memo) - MEMO_LIMIT]:
-            del memo[key]
+    forget_oldest(memo)
     return out
+
+
+def forget_oldest(memo: dict[str, dict], keep: Collection[str] = ()) -> None:
+    """Keep ``memo`` to ``MEMO_LIMIT`` answers: the oldest go first (dicts keep insertion order), none in
+    ``keep``."""
+    if len(memo) > MEMO_LIMIT:
+        for key in [k for k in memo if k not in keep][: len(memo) - MEMO_LIMIT]:
+            del memo[key]
 
 
 def micro_batches(addresses: Sequence[str], batch_size: int) -> list[list[str]]:

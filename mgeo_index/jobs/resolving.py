@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mgeo_index.compute.task import Task
 from mgeo_index.jobs.inputs import Chunk
-from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, micro_batches, resolve_outcomes
+from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, forget_oldest, micro_batches, resolve_outcomes
 
 CHUNKS_PER_WORKER = 4  # chunks' worth of micro-batches per Ray actor in one window
 
@@ -88,10 +88,8 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
         if not fine:
             return chunk, collected
         outcomes = [dict(answers[key]) for key in keys]
-        if len(answers) > MEMO_LIMIT:  # forget the oldest answers no chunk in hand still needs
-            needed = {key for _, waiting, _ in owners for key in waiting}
-            for key in [k for k in answers if k not in needed and answers[k] is not None][: len(answers) - MEMO_LIMIT]:
-                del answers[key]
+        if len(answers) > MEMO_LIMIT:  # none a chunk in hand still needs (those computed now among them)
+            forget_oldest(answers, keep={key for _, waiting, _ in owners for key in waiting})
         return chunk, outcomes
 
     def finished() -> Iterator[tuple[Chunk, list[dict]]]:  # the chunks at the front that wait for no item
