@@ -1,5 +1,8 @@
 """CPU backends give the plain-torch results (within their precision), in input order, from one setting."""
 import gzip
+import os
+import subprocess
+import sys
 import json
 import time
 
@@ -174,3 +177,31 @@ def test_linear_share_counts_the_int8_and_fp32_gemms_only():
             diluted_calls, _, diluted_wall_us = bench.gemm_profile(diluted_call)
             assert diluted_calls == calls and diluted_wall_us > 0
     assert bench.linear_share(lambda: np.ones(10_000).cumsum()) is None  # no Linear ran (e.g. ONNX Runtime)
+
+
+def test_a_cpu_backend_leaves_the_other_blas_libraries_one_thread(tiny_model_dirs):
+    """numpy's OpenBLAS, its idle threads spinning, took the cores from torch's: once a model gets a CPU backend,
+    every BLAS loaded but torch's runs on one thread, and torch keeps its threads (a fresh process: the limit is
+    process-wide)."""
+    code = """
+import json, sys
+import numpy
+from threadpoolctl import threadpool_info
+import torch
+from mgeo_index.runtime import backends
+from mgeo_index.model.bi_encoder import load_bi_encoder
+
+def blas():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "torch" not in i["filepath"]]
+
+before = blas(), torch.get_num_threads()
+backends.apply(load_bi_encoder(sys.argv[1]), "int8")
+print(json.dumps([before, (blas(), torch.get_num_threads())]))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code, str(tiny_model_dirs[0])], env=env | {"OPENBLAS_NUM_THREADS": "2"},
+                         capture_output=True, text=True, check=True).stdout
+    (blas_before, torch_before), (blas_after, torch_after) = json.loads(out.strip().splitlines()[-1])
+    assert blas_before and min(blas_before) == 2  # numpy's own, at least
+    assert blas_after == [1] * len(blas_before)
+    assert torch_after == torch_before

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from mgeo_index import files, settings
-from mgeo_index.runtime import attention
+from mgeo_index.runtime import attention, parallel
 
 BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
@@ -77,6 +77,8 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
     require(name)
+    if not str(device).startswith("cuda"):
+        parallel.one_blas_thread()  # numpy's idle BLAS threads would spin on the cores torch's need
     if not str(device).startswith("cuda") and name != "onnx":
         attention.use(model)  # the same bits whatever the batch's padded width (before any copy below)
     else:
