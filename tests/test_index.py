@@ -62,6 +62,31 @@ def test_a_batch_finds_what_each_query_finds_alone_on_either_scan(flat: faiss.In
             np.testing.assert_allclose(part_scores, scores[start : start + size], rtol=0, atol=1e-6)
 
 
+def test_a_search_of_a_few_queries_runs_on_one_openmp_thread_and_restores_the_count(flat: faiss.Index) -> None:
+    """Below BLAS_MIN_QUERIES FAISS scans query by query: its other OpenMP threads would only wake and then spin on
+    the cores torch's threads need next. This thread's count comes back as it was; batches keep every thread."""
+
+    class Recording:  # the index, recording FAISS's thread count while it searches
+        def __init__(self, index):
+            self.index, self.d, self.ntotal, self.threads = index, index.d, index.ntotal, []
+
+        def search(self, x, k):
+            self.threads.append(faiss.omp_get_max_threads())
+            return self.index.search(x, k)
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        recording = Recording(flat)
+        queries = _unit_vectors(I.BLAS_MIN_QUERIES, seed=3)
+        alone = I.search(recording, queries[:1], k=5)
+        batch = I.search(recording, queries, k=5)
+        assert recording.threads == [1, 2] and faiss.omp_get_max_threads() == 2
+        assert np.array_equal(alone[1], batch[1][:1])
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def test_make_index_wraps_in_idmap2_once() -> None:
     assert isinstance(I.make_index(DIM, "Flat"), faiss.IndexIDMap2)
     wrapped = I.make_index(DIM, "IDMap2,Flat")

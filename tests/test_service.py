@@ -501,3 +501,24 @@ def test_a_confirmed_answer_is_served_at_once_even_from_the_cache(own_index):
         assert after[0]["id"] == chosen["id"] and after[0]["source"] == "confirmed" and after[0]["probability"] == 1.0
         assert [m["id"] for m in after[1:]] == [m["id"] for m in before if m["id"] != chosen["id"]][:4]
         assert "source" not in c.post("/v1/resolve", json={"query": "北京海淀东风路127号东方大厦"}).json()["matches"][0]
+
+
+def test_the_index_loads_with_one_torch_thread_and_leaves_the_count_as_it_was(own_index, monkeypatch):
+    """The server loads an index on a side thread: with torch's own thread count there, that thread kept an OpenMP
+    pool of its own, and every small batch of the batch thread ran about 4x slower (libgomp, managing more threads
+    than cores, puts idle pools to sleep). It loads on one thread and leaves the count as it found it."""
+    import torch
+
+    real = loader.open_resolver
+    seen = []
+    monkeypatch.setattr(loader, "open_resolver", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loaded = loader.load(own_index)
+        assert seen == [1] and torch.get_num_threads() == 2
+        with ThreadPoolExecutor(1) as fresh:  # a thread that first computes now takes up the count as it was
+            assert fresh.submit(torch.get_num_threads).result() == 2
+        assert loaded.resolver.resolve(["南京鼓楼胜利路48号东方大厦"], top_k=3)[0]
+    finally:
+        torch.set_num_threads(before)
