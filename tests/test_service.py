@@ -503,11 +503,14 @@ def test_a_confirmed_answer_is_served_at_once_even_from_the_cache(own_index):
         assert "source" not in c.post("/v1/resolve", json={"query": "北京海淀东风路127号东方大厦"}).json()["matches"][0]
 
 
-def test_the_index_loads_with_one_torch_thread_and_leaves_the_count_as_it_was(own_index, monkeypatch):
-    """The server loads an index on a side thread: with torch's own thread count there, that thread kept an OpenMP
-    pool of its own, and every small batch of the batch thread ran about 4x slower (libgomp, managing more threads
-    than cores, puts idle pools to sleep). It loads on one thread and leaves the count as it found it."""
+def test_the_server_loads_and_confirms_aside_with_one_torch_thread_and_leaves_the_count_as_it_was(own_index, monkeypatch):
+    """The server loads an index, and puts reviewers' decisions on cached answers, on a side thread: with torch's own
+    thread count there, that thread kept an OpenMP pool of its own, and every small batch of the batch thread ran
+    about 4x slower (libgomp, managing more threads than cores, puts idle pools to sleep). Side work runs on one
+    torch thread and leaves the count as it found it."""
     import torch
+
+    from mgeo_index.service.app import aside
 
     real = loader.open_resolver
     seen = []
@@ -515,8 +518,9 @@ def test_the_index_loads_with_one_torch_thread_and_leaves_the_count_as_it_was(ow
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        loaded = loader.load(own_index)
+        loaded = asyncio.run(aside(loader.load, own_index))
         assert seen == [1] and torch.get_num_threads() == 2
+        assert asyncio.run(aside(torch.get_num_threads)) == 1
         with ThreadPoolExecutor(1) as fresh:  # a thread that first computes now takes up the count as it was
             assert fresh.submit(torch.get_num_threads).result() == 2
         assert loaded.resolver.resolve(["南京鼓楼胜利路48号东方大厦"], top_k=3)[0]

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mgeo_index.runtime.parallel import torch_threads
 from mgeo_index.service import loader
 from mgeo_index.service.batcher import LANES, Batcher, DeadlineExceeded, QueueFull, Submission
 from mgeo_index.service.cache import cache_key, open_cache
@@ -183,7 +184,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         if hit:
             # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
             # once (fresh results come with them from the batch, one store query for the whole batch)
-            confirmed = await asyncio.to_thread(
+            confirmed = await aside(
                 loaded.resolver.apply_confirmations, [model_text(normalized[i], normalized=True) for i in hit], [cached[i] for i in hit],
                 top_k=body.top_k, explain=body.explain, rerank=body.rerank)
             for i, answer in zip(hit, confirmed):
@@ -232,6 +233,17 @@ def create_app(config: ServeConfig) -> FastAPI:
     return app
 
 
+async def aside(fn, /, *args, **kwargs):
+    """``fn(*args, **kwargs)`` on a side thread (the event loop's default executor), with one torch thread: the
+    batch thread alone keeps an OpenMP pool. A side thread's own pool (an index loaded there, a query encoded for a
+    reviewer's confirmation) would slow every small batch about 4x (:func:`mgeo_index.runtime.parallel.torch_threads`)."""
+    def call():
+        with torch_threads(1):
+            return fn(*args, **kwargs)
+
+    return await asyncio.to_thread(call)
+
+
 def _on_cuda(device: str | None) -> bool:
     from mgeo_index import settings
 
@@ -244,7 +256,7 @@ def _on_cuda(device: str | None) -> bool:
 async def _load_and_warm(state: State) -> loader.Loaded:
     """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
     c = state.config
-    loaded = await asyncio.to_thread(loader.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
+    loaded = await aside(loader.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
                                      device=c.device, numbers=c.numbers, profile=c.profile)
     await state.batcher.run_exclusive(lambda: loader.warm_up(loaded.resolver, min(c.max_batch, 16)))
     return loaded
@@ -261,7 +273,7 @@ async def reload_index(state: State, force: bool = False) -> dict:
     """Load the index directory's current build aside, warm it up, swap it in, empty the cache."""
     async with state.reload_lock:
         old = state.loaded
-        current = await asyncio.to_thread(loader.index_version, state.config.index_dir, old, state.config.db)
+        current = await aside(loader.index_version, state.config.index_dir, old, state.config.db)
         if current == old.version and not force:
             return {"reloaded": False, "build_id": old.build_id, "version": old.version}
         loaded = await _load_and_warm(state)

@@ -14,7 +14,6 @@ from mgeo_index import settings
 from mgeo_index.catalog import generations
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.query.resolver import Resolver, open_resolver
-from mgeo_index.runtime.parallel import torch_threads
 from mgeo_index.service.batcher import Submission
 from mgeo_index.text import model_text
 
@@ -67,13 +66,10 @@ class Loaded:
 def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device=None, numbers=None,
          profile=None) -> Loaded:
     """Open the index directory (always with the reranker: /v1/match needs it; ``numbers``: the number policy of
-    resolve and match answers, default the index's). Warm it up before use, on the thread that computes batches.
-
-    It loads on a side thread (the loaded index keeps serving meanwhile), with one torch thread: a side thread's own
-    OpenMP pool would slow every small batch of the batch thread about 4x (:func:`mgeo_index.runtime.parallel.torch_threads`)."""
-    with torch_threads(1):
-        resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True,
-                                 numbers=numbers, profile=profile)
+    resolve and match answers, default the index's). Warm it up before use, on the thread that computes batches (the
+    server loads it aside: :func:`mgeo_index.service.app.aside`)."""
+    resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True,
+                             numbers=numbers, profile=profile)
     return Loaded(resolver=resolver, version=descriptor_version(resolver.descriptor))
 
 
