@@ -257,7 +257,7 @@ async def _load_and_warm(state: State) -> loader.Loaded:
     """Open the index on a side thread (the old one keeps serving), warm it up on the batch worker thread."""
     c = state.config
     loaded = await aside(loader.load, c.index_dir, db=c.db, model=c.model, cross_model=c.cross_model,
-                                     device=c.device, numbers=c.numbers, profile=c.profile)
+                         device=c.device, numbers=c.numbers, profile=c.profile)
     await state.batcher.run_exclusive(lambda: loader.warm_up(loaded.resolver, min(c.max_batch, 16)))
     return loaded
 
