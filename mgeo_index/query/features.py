@@ -43,8 +43,13 @@ _CJK_RUN = re.compile(rf"[{_CJK}a-z]{{2,}}")
 
 
 def extract_elements(text: str) -> dict[str, str]:
-    """Best-effort elements of a normalized address: {element: span} (first occurrence of each)."""
-    rest = normalize(text)
+    """Best-effort elements of an address, normalized first: {element: span} (first occurrence of each)."""
+    return _elements(normalize(text))
+
+
+def _elements(rest: str) -> dict[str, str]:
+    """:func:`extract_elements` of a text :func:`~mgeo_index.text.normalize` already gave (normalizing it again
+    changes nothing: each side of a pair was normalized twice)."""
     found: dict[str, str] = {}
     for name, pattern in ELEMENT_PATTERNS:
         match = pattern.search(rest)
@@ -67,7 +72,7 @@ def without_admin(text: str, min_length: int = 4) -> str:
     (江苏省南京市鼓楼区…五塘村74号 vs 鼓楼区五塘村74号楼). Returns ``text`` unchanged when too little is left.
     """
     base = normalize(text)
-    elements = extract_elements(base)  # normalize is idempotent: extracting from base is the same
+    elements = _elements(base)
     rest = base
     for name in ("province", "city", "district", "town"):
         if name in elements:
@@ -163,7 +168,7 @@ class _Side(NamedTuple):
 
 def _side(text: str) -> _Side:
     text = normalize(text)
-    elements = extract_elements(text)
+    elements = _elements(text)
     rest = text
     for name in _ADMIN:
         if name in elements:
