@@ -276,6 +276,16 @@ def throughput(args: argparse.Namespace) -> None:
           f"best of {args.rounds}:")
     for what, row in as_user.items():
         print(f"  {what:45} release {row['release_s']:7.2f} s   this {row['this_s']:7.2f} s   {row['speed-up']:5.2f}x")
+    release, this = report["release"], report["this"]
+    print(f"\nthe resolver alone (opened before the clock starts), best of {args.rounds}; speed-up = this over the release:")
+    for kind in ("distinct", "repeated"):
+        key = f"normalize_{kind}_rows_per_s"
+        print(f"  {'normalize ' + kind + ', rows/s':45} release {release[key]:7.1f}     this {this[key]:7.1f}     "
+              f"{this[key] / release[key]:5.2f}x")
+    print(f"  {'resolve one query a call, p50 / p99 ms':45} release {release['p50_ms']:5.1f} / {release['p99_ms']:<5.1f} "
+          f"this {this['p50_ms']:5.1f} / {this['p99_ms']:<5.1f} {release['p50_ms'] / this['p50_ms']:5.2f}x")
+    print(f"  were this version's networks free: normalize distinct {bounds['normalize_distinct_if_networks_were_free']:.2f}x, "
+          f"repeated {bounds['normalize_repeated_if_networks_were_free']:.2f}x")
 
 
 # ---- start ---------------------------------------------------------------------------------------------------
