@@ -181,27 +181,30 @@ def test_linear_share_counts_the_int8_and_fp32_gemms_only():
 
 def test_a_cpu_backend_leaves_the_other_blas_libraries_one_thread(tiny_model_dirs):
     """numpy's OpenBLAS, its idle threads spinning, took the cores from torch's: once a model gets a CPU backend,
-    every BLAS loaded but torch's runs on one thread, and torch keeps its threads (a fresh process: the limit is
-    process-wide)."""
+    every BLAS loaded but torch's and FAISS's runs on one thread, and torch keeps its threads (a fresh process: the
+    limit is process-wide)."""
     code = """
 import json, sys
-import numpy
+import faiss, numpy
 from threadpoolctl import threadpool_info
 import torch
 from mgeo_index.runtime import backends
 from mgeo_index.model.bi_encoder import load_bi_encoder
 
-def blas():
-    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "torch" not in i["filepath"]]
+def blas(of_faiss=False):
+    return [i["num_threads"] for i in threadpool_info()
+            if i["user_api"] == "blas" and "torch" not in i["filepath"] and ("faiss" in i["filepath"]) == of_faiss]
 
-before = blas(), torch.get_num_threads()
+before = blas(), torch.get_num_threads(), blas(of_faiss=True)
 backends.apply(load_bi_encoder(sys.argv[1]), "int8")
-print(json.dumps([before, (blas(), torch.get_num_threads())]))
+print(json.dumps([before, (blas(), torch.get_num_threads(), blas(of_faiss=True))]))
 """
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code, str(tiny_model_dirs[0])], env=env | {"OPENBLAS_NUM_THREADS": "2"},
                          capture_output=True, text=True, check=True).stdout
-    (blas_before, torch_before), (blas_after, torch_after) = json.loads(out.strip().splitlines()[-1])
+    before, after = json.loads(out.strip().splitlines()[-1])
+    (blas_before, torch_before, faiss_before), (blas_after, torch_after, faiss_after) = before, after
     assert blas_before and min(blas_before) == 2  # numpy's own, at least
     assert blas_after == [1] * len(blas_before)
     assert torch_after == torch_before
+    assert faiss_after == faiss_before  # FAISS's batch searches keep their BLAS threads

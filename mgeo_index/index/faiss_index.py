@@ -503,16 +503,15 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     # 3.2 ms a query, 7: 1.3). The two paths can differ in a score's last bits (5e-7): the same dense top 20, ids
     # and order, on 2,048 CCKS queries alone and in batches of 2 to 1,024. Process-wide, so set for each search.
     faiss.cvar.distance_compute_blas_threshold = BLAS_MIN_QUERIES * index.d
-    if q.shape[0] >= BLAS_MIN_QUERIES:
-        scores, ids = index.search(q, k_eff)
-    else:  # a few queries on one OpenMP thread (this thread's setting): FAISS's other threads would only wake and
-        # then spin on the cores torch's threads need next (one query over 39,627 × 256: 1.3 ms against 2.4)
-        threads = faiss.omp_get_max_threads()
+    # A few queries on one OpenMP thread (this thread's setting, restored): FAISS's other threads would only wake
+    # and then spin on the cores torch's threads need next (one query over 39,627 × 256: 1.3 ms against 2.4).
+    threads = faiss.omp_get_max_threads()
+    if q.shape[0] < BLAS_MIN_QUERIES:
         faiss.omp_set_num_threads(1)
-        try:
-            scores, ids = index.search(q, k_eff)
-        finally:
-            faiss.omp_set_num_threads(threads)
+    try:
+        scores, ids = index.search(q, k_eff)
+    finally:
+        faiss.omp_set_num_threads(threads)
     return np.asarray(scores, dtype=np.float32), np.asarray(ids, dtype=np.int64)
 
 
