@@ -16,7 +16,6 @@ Without offsets the label is the most probable one.
 """
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from torch import nn
 from mgeo_index.model import bert
 from mgeo_index.model.manifest import ModelError, fingerprint, read_cross_manifest, save_hf_model, write_manifest
 from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
-from mgeo_index.model.group_head import GROUP_HEAD, GroupHead, check_group_head, load_group_head
+from mgeo_index.model.group_head import GROUP_HEAD, attach
 from mgeo_index.model.tokenizer import load_tokenizer
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 
@@ -88,19 +87,6 @@ class CrossEncoder(Scoring, torch.nn.Module):
         self.group_head = None
         # how pairs whose numbers conflict are scored (mgeo_index.model.numbers), fitted on the calibration split
         self.number_policy: dict | None = None
-
-    @property
-    def group_head(self) -> GroupHead | None:
-        """The group head, read from its file on first use: parsing its boosters' trees takes time (0.9 s in a warm
-        process, 3 s cold, for 6 × 300 trees of 63 leaves), and resolving, serving and pair-by-pair scoring never
-        need it."""
-        if self._group_head_loader is not None:
-            self._group_head, self._group_head_loader = self._group_head_loader(), None
-        return self._group_head
-
-    @group_head.setter
-    def group_head(self, head: GroupHead | None) -> None:
-        self._group_head, self._group_head_loader = head, None
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         # (B, T) → logits (B, 3) in LABELS order
@@ -180,10 +166,7 @@ def load_cross_encoder(path: str | Path, *, stacked: bool = True, group_head: bo
         cross.stack, cross.gate = read["stack"], read["gate"]
     cross.decision_offsets, cross.number_policy = read["decision_offsets"], read["number_policy"]
     if read["group_head"] is not None:
-        from mgeo_index.query.features import FEATURE_NAMES
-
-        check_group_head(path, read["group_head"], read["labels"], len(FEATURE_NAMES))  # refused now, read when first used
-        cross._group_head_loader = partial(load_group_head, path, read["group_head"], read["labels"], len(FEATURE_NAMES))
+        attach(cross, path, read["group_head"])
     cross.fingerprint = fingerprint(path)
     cross.path = str(path.resolve())
     return cross.eval()

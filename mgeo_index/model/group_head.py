@@ -29,12 +29,13 @@ from __future__ import annotations
 import gzip
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from mgeo_index.model.decision import decide
-from mgeo_index.model.tree_head import balanced_weights, lightgbm, predict_threads
+from mgeo_index.model.boosters import balanced_weights, lightgbm, predict_threads
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
 ROUNDS = 300
@@ -163,6 +164,15 @@ def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n
              if k not in ("kind", "file", "labels", "weights", "bias", "decision_offsets", "inputs", "boosters")}
     return GroupHead(boosters, list(entry["weights"]), list(entry["bias"]), list(entry["decision_offsets"]),
                      list(entry["labels"]), stats)
+
+
+def attach(cross, directory: str | Path, entry: dict) -> None:
+    """Give ``cross`` (a cross-encoder of either backend) the group head of its folder from its manifest ``entry``:
+    refused now (:func:`check_group_head`), read when first used (``cross.group_head``)."""
+    from mgeo_index.query.features import FEATURE_NAMES
+
+    check_group_head(directory, entry, cross.labels, len(FEATURE_NAMES))
+    cross._group_head_loader = partial(load_group_head, directory, entry, list(cross.labels), len(FEATURE_NAMES))
 
 
 def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, features: np.ndarray | None = None,

@@ -246,17 +246,15 @@ class BiEncoder(Network):
 
 class CrossEncoder(Network, Scoring):
     """A cross-encoder directory computed by :class:`Bert` and :class:`FeatureHead`, with the label logic of
-    :class:`~mgeo_index.model.decision.Scoring` (stack, cascade, offsets, number policy). Its group head is not
-    read here (resolving never uses one)."""
-
-    group_head = None
+    :class:`~mgeo_index.model.decision.Scoring` (stack, cascade, offsets, number policy, the group head: read when
+    ``match`` first asks for it, as the torch model does)."""
 
     def __init__(self, path: str | Path, kind: str):
         from mgeo_index.model.manifest import ModelError, fingerprint, read_cross_manifest
         from mgeo_index.model.tokenizer import load_tokenizer
 
         path = Path(path)
-        read = read_cross_manifest(path, group_head=False)
+        read = read_cross_manifest(path)
         self.labels, self.max_length, self.temperature = read["labels"], read["max_length"], read["temperature"]
         self.tokenizer = load_tokenizer(path)
         self.runner = Bert(path, classifier=True, kind=kind)
@@ -267,6 +265,10 @@ class CrossEncoder(Network, Scoring):
                                  "use another --backend")
             self.feature_head = FeatureHead(path / "feature_head.safetensors")
         self.decision_offsets, self.number_policy = read["decision_offsets"], read["number_policy"]
+        if read["group_head"] is not None:
+            from mgeo_index.model.group_head import attach
+
+            attach(self, path, read["group_head"])
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mgeo_index.model.boosters import balanced_weights, lightgbm, predict_threads
 from mgeo_index.settings import LABELS
 
 TREE_HEAD = "feature_head.lgb.txt"
@@ -24,13 +25,6 @@ PARAMS = {
     "min_data_in_leaf": 40, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
     "verbose": -1, "num_threads": 1, "deterministic": True,
 }
-
-
-def predict_threads() -> int:
-    """Threads a booster predicts with: torch's intra-op count (every core, unless ``OMP_NUM_THREADS`` or batches
-    computed side by side said otherwise). A row's score is the same bits on any number of threads; two gave
-    2.0x one on the shipped group head (6 boosters of 900 trees, 5,000 rows)."""
-    return max(1, torch.get_num_threads())
 
 
 class TreeHead(nn.Module):
@@ -74,23 +68,3 @@ def train_tree_head(x: np.ndarray, y: np.ndarray, *, seed: int = 0, rounds: int 
     booster = lgb.train(params, lgb.Dataset(x, y, weight=weight, free_raw_data=True), num_boost_round=rounds,
                         init_model=None if init is None else init.booster, keep_training_booster=False)
     return TreeHead(booster)
-
-
-def balanced_weights(y: np.ndarray) -> np.ndarray:
-    """Per row, its class's inverse frequency (n / (classes · count)): the trees' class balance (exact_match is rare)."""
-    y = np.asarray(y, dtype=np.int64)
-    counts = np.bincount(y, minlength=len(LABELS))
-    return (len(y) / (len(LABELS) * np.maximum(counts, 1)))[y]
-
-
-def lightgbm():
-    """The lightgbm module, imported where trees are used (a feature head of trees, the group head): parse, jobs,
-    db and --help never pay for it."""
-    try:
-        import lightgbm as lgb
-    except ImportError as exc:
-        from mgeo_index.model.manifest import ModelError
-
-        raise ModelError("this model has gradient-boosted trees, which need LightGBM (a dependency of mgeo-index): "
-                         "pip install lightgbm") from exc
-    return lgb
