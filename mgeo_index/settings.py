@@ -218,6 +218,15 @@ def backend(name: str | None = None, device: str = "cpu") -> str:
     return chosen or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)
 
 
+def torch_backend(name: str | None = None, device: str = "cpu") -> str:
+    """The backend a torch module runs on: :func:`backend`, with ``numpy`` read as the CPU's default. The numpy
+    backend computes the models :mod:`mgeo_index.model.loading` loads for it (one-shot commands); whatever runs as a
+    torch module (a build's or an update's embedding, a model the numpy backend cannot compute, ``bench``'s timings)
+    runs on the default, so ``MGEO_INDEX_BACKEND=numpy`` set for one-shot commands does not stop the others."""
+    chosen = backend(name, device)
+    return DEFAULT_CPU_BACKEND if chosen == "numpy" else chosen
+
+
 def one_shot_backend(name: str | None = None, device_name: str | None = None) -> str | None:
     """The backend of a one-shot command (``resolve`` of addresses given on its command line): ``numpy`` where
     neither ``--backend`` nor ``MGEO_INDEX_BACKEND`` chose one, the device is the CPU and the CPU's default backend

@@ -245,6 +245,24 @@ def test_a_resolve_of_command_line_addresses_starts_without_torch_where_the_defa
     assert settings.one_shot_backend("int8") == "int8"
 
 
+def test_the_numpy_backend_set_in_the_environment_leaves_batch_work_on_the_default(tmp_path, monkeypatch):
+    """MGEO_INDEX_BACKEND=numpy, set for one-shot commands, must not stop a build, an update or bench: what runs as
+    a torch module runs on the CPU's default (build failed with an internal message, bench with a traceback)."""
+    monkeypatch.setenv("MGEO_INDEX_BACKEND", "numpy")
+    catalog, more = tmp_path / "catalog.csv", tmp_path / "more.csv"
+    catalog.write_text("id,address\n1,浙江省杭州市西湖区文三路478号\n2,北京市朝阳区建国路88号\n", encoding="utf-8")
+    more.write_text("id,address\n3,上海市浦东新区世纪大道100号\n", encoding="utf-8")
+    built = run("build", catalog, "--index-dir", tmp_path / "idx")
+    assert built.exit_code == 0, built.output
+    added = run("add", more, "--index-dir", tmp_path / "idx")
+    assert added.exit_code == 0, added.output
+    answer = run("resolve", "上海世纪大道100号", "--index-dir", tmp_path / "idx", "--json")
+    assert answer.exit_code == 0 and json.loads(answer.stdout)["matches"][0]["id"] == 3
+    timed = run("bench", "--limit", "12", "--naive", "4", "--backends", "", "--json")
+    assert timed.exit_code == 0, timed.output
+    assert json.loads(timed.stdout)["backend"] == settings.DEFAULT_CPU_BACKEND
+
+
 def test_parse_json_and_table(tmp_path):
     result = run("parse", "北京朝阳建国路八十八号三单元", "长春市朝阳区", "--json")
     assert result.exit_code == 0, result.output

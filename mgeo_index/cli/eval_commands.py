@@ -193,7 +193,8 @@ def bench(
     with friendly_errors():
         for name in names:
             backends.check(name)
-        chosen = backends.require(settings.backend(backend))  # the backend asked for must be there; others are skipped
+        # the backend asked for must be there (others are skipped); numpy, for one-shot commands, is timed as the default
+        chosen = backends.require(settings.torch_backend(backend))
         report = bench_mod.run_bench(
             addresses, limit=limit, naive=naive, backend=chosen, model=model, cross_model=cross_model, names=names,
             pairs=pairs, split=split, index_dir=index_dir, queries=queries, build_sizes=sizes, data=data, work_dir=work_dir,

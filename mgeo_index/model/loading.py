@@ -46,7 +46,7 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
 
     device = settings.device(device)
     bi = load_bi_encoder(path).to(device)
-    return backends.apply(bi, _torch_backend(backend), device=device) if apply_backend else bi
+    return backends.apply(bi, backend, device=device) if apply_backend else bi
 
 
 def load_cross(cross_model: str | Path | None = None, *, device: str | None = None, backend: str | None = None,
@@ -61,7 +61,7 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
         from mgeo_index.model.cross_encoder import load_cross_encoder
 
         device = settings.device(device)
-        cross = backends.apply(load_cross_encoder(path).to(device), _torch_backend(backend), device=device)
+        cross = backends.apply(load_cross_encoder(path).to(device), backend, device=device)
     if not settings.cascade():
         cross.gate = None
     return cross
@@ -75,12 +75,6 @@ def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
     from mgeo_index.model import numpy_backend
 
     return numpy_backend if numpy_backend.supports(path) else None
-
-
-def _torch_backend(backend: str | None) -> str | None:
-    """The torch backend for ``backend``: a model the numpy backend cannot compute (or one on a GPU) runs on the
-    device's default."""
-    return None if settings.backend(backend) == "numpy" else backend
 
 
 def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:
@@ -158,4 +152,4 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
         return bi, cross
     from mgeo_index.runtime import backends
 
-    return backends.apply(bi, _torch_backend(backend), device=device), cross
+    return backends.apply(bi, backend, device=device), cross

@@ -69,11 +69,10 @@ def _installed(module: str) -> bool:
 
 
 def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
-    """Set ``model.runner`` / ``model.backend`` for backend ``name`` (default: ``settings.backend()``)."""
-    name = check(settings.backend(name, device))
-    if name == "numpy":
-        raise ValueError("the numpy backend computes models it loads itself: load with mgeo_index.model.loading "
-                         "(load_bi / load_cross with backend='numpy')")
+    """Set ``model.runner`` / ``model.backend`` for backend ``name`` (default: ``settings.backend()``; ``numpy``, which
+    computes the models :mod:`mgeo_index.model.loading` loads for it, reads as the CPU's default here:
+    :func:`mgeo_index.settings.torch_backend`)."""
+    name = check(settings.torch_backend(name, device))
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
     require(name)
