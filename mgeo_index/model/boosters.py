@@ -37,7 +37,8 @@ def predict_threads() -> int:
         chosen = int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
     except ValueError:
         chosen = 0
-    return max(1, chosen or len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, chosen or cores or 1)
 
 
 def balanced_weights(y: np.ndarray) -> np.ndarray:
