@@ -53,7 +53,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-from mgeo_index.settings import PROFILES, cpu_kind  # noqa: E402
+from mgeo_index.settings import PROFILES, cpu_kind, torch_backend  # noqa: E402
 
 # Every child runs the code it is given, and only that code. ``python -c`` puts its working directory first on
 # sys.path (so a child started from this checkout imported this checkout's mgeo_index whatever PYTHONPATH said),
@@ -314,6 +314,10 @@ def start(args: argparse.Namespace) -> None:
             cli(code, "build", catalog, "--index-dir", index_dir)
             for name, argv in start_commands(index_dir).items():
                 jobs[f"{version}: mgeo-index {name}"] = ([CLI, *argv], code)
+            if version == "this checkout":  # beside the one-shot default: the models as torch modules
+                backend = torch_backend()
+                argv = [*start_commands(index_dir)["resolve ADDRESS"], "--backend", backend]
+                jobs[f"{version}: mgeo-index resolve ADDRESS --backend {backend}"] = ([CLI, *argv], code)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
         for _ in range(args.rounds):
             for name, (argv, code) in jobs.items():
@@ -330,9 +334,9 @@ def start(args: argparse.Namespace) -> None:
         print(json.dumps({**header, "report": report}, ensure_ascii=False))
         return
     print(f"CPU {header['cpu']}, {header['cores']} cores, {args.rounds} rounds")
-    print(f"{'command':52} {'median s':>9} {'best s':>7} {'peak MB':>8} {'x import torch':>15}")
+    print(f"{'command':60} {'median s':>9} {'best s':>7} {'peak MB':>8} {'x import torch':>15}")
     for name, r in report.items():
-        print(f"{name:52} {r['median_s']:9.2f} {r['best_s']:7.2f} {r['peak_mb']:8d} {r['x_import_torch']:15.2f}")
+        print(f"{name:60} {r['median_s']:9.2f} {r['best_s']:7.2f} {r['peak_mb']:8d} {r['x_import_torch']:15.2f}")
 
 
 # ---- answers -------------------------------------------------------------------------------------------------
