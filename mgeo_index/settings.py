@@ -227,15 +227,22 @@ def torch_backend(name: str | None = None, device: str = "cpu") -> str:
     return DEFAULT_CPU_BACKEND if chosen == "numpy" else chosen
 
 
-def one_shot_backend(name: str | None = None, device_name: str | None = None) -> str | None:
-    """The backend of a one-shot command (``resolve`` of addresses given on its command line): ``numpy`` where
-    neither ``--backend`` nor ``MGEO_INDEX_BACKEND`` chose one, the device is the CPU and the CPU's default backend
-    is FP32 ``torch``, whose numerics the numpy backend computes (no torch to import: 1.5-1.9 s and 220 MB instead of
-    3.3-4.0 s and 430 MB on a 2-core AVX2 EPYC; on 2,000 CCKS queries over the CCKS catalog the same rankings and
-    labels, probabilities within 1e-6: ``scripts/side_by_side.py answers --backend numpy``). Elsewhere ``name``:
-    the int8 and bf16 defaults round activations to levels that a last-bit difference can move, so their one-shot
-    answers would differ on near-ties."""
-    if name or env("BACKEND") or DEFAULT_CPU_BACKEND != "torch" or device(device_name) != "cpu":
+# A resolve of at most this many addresses is a one-shot (:func:`one_shot_backend`). On a 2-core AVX2 EPYC over the
+# CCKS catalog, whole process: 50 addresses 4.78 s on the numpy backend against 5.65 s on torch, 200 addresses
+# 10.93 s against 7.94 s (41 against 15 ms an address once started: they break even at about 85).
+ONE_SHOT_QUERIES = 64
+
+
+def one_shot_backend(name: str | None, device_name: str | None, queries: int) -> str | None:
+    """The backend of a ``resolve`` of ``queries`` addresses: ``numpy`` for a one-shot (at most
+    :data:`ONE_SHOT_QUERIES`) where neither ``--backend`` nor ``MGEO_INDEX_BACKEND`` chose one, the device is the CPU
+    and the CPU's default backend is FP32 ``torch``, whose numerics the numpy backend computes (no torch to import:
+    1.6 s and 215 MB instead of 3.1 s and 414 MB for one address on a 2-core AVX2 EPYC; on 2,000 CCKS queries over
+    the CCKS catalog the same rankings and labels, probabilities within 1e-6: ``scripts/side_by_side.py answers
+    --backend numpy``). Otherwise ``name``: batches run faster on torch, and the int8 and bf16 defaults round
+    activations to levels that a last-bit difference can move, so there one-shot answers would differ on near-ties."""
+    if (name or env("BACKEND") or queries > ONE_SHOT_QUERIES or DEFAULT_CPU_BACKEND != "torch"
+            or device(device_name) != "cpu"):
         return name
     return "numpy"
 

@@ -21,7 +21,7 @@ Backend = Annotated[str | None, typer.Option("--backend", help=(
     f"CPU inference backend: {', '.join(settings.BACKENDS[:-1])} or {settings.BACKENDS[-1]} "
     "\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, int8 with VNNI, else torch; torch on CUDA; "
     "numpy computes without torch (a one-shot resolve starts in 1.7 s, not 2.6 s; answers agree to near-ties): "
-    "resolve ADDRESS uses it where the default is torch, whose answers it gives; "
+    f"a resolve of up to {settings.ONE_SHOT_QUERIES} addresses uses it where the default is torch, whose answers it gives; "
     "mgeo-index bench compares them on this machine]."))]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]

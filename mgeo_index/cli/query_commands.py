@@ -67,8 +67,7 @@ def resolve(
 
     with friendly_errors():
         items = read_queries(queries or [], file)
-        if queries and file is None:  # a one-shot: start without torch where that gives the same answers
-            backend = settings.one_shot_backend(backend, device)
+        backend = settings.one_shot_backend(backend, device, len(items))  # a few: without torch where answers agree
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:
