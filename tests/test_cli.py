@@ -259,9 +259,11 @@ def test_the_numpy_backend_set_in_the_environment_leaves_batch_work_on_the_defau
     assert added.exit_code == 0, added.output
     answer = run("resolve", "上海世纪大道100号", "--index-dir", tmp_path / "idx", "--json")
     assert answer.exit_code == 0 and json.loads(answer.stdout)["matches"][0]["id"] == 3
-    timed = run("bench", "--limit", "12", "--naive", "4", "--backends", "", "--json")
+    timed = run("bench", "--limit", "12", "--naive", "4", "--backends", "numpy", "--json")
     assert timed.exit_code == 0, timed.output
-    assert json.loads(timed.stdout)["backend"] == settings.DEFAULT_CPU_BACKEND
+    report = json.loads(timed.stdout)
+    assert report["backend"] == settings.DEFAULT_CPU_BACKEND
+    assert "skipped" in report["backends"][0] and "one-shot" in report["backends"][0]["skipped"]  # not the default under numpy's name
 
 
 def test_parse_json_and_table(tmp_path):

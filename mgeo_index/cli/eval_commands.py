@@ -181,7 +181,8 @@ def bench(
 ) -> None:
     """Batched vs naive per-item encoding and pair scoring, backends side by side, resolve p50/p99, build RSS.
 
-    Backends whose optional extra is not installed (onnx without ONNX Runtime) are skipped, with a note.
+    Backends whose optional extra is not installed (onnx without ONNX Runtime) are skipped, with a note, and so is numpy
+    (it computes the models of one-shot commands).
 
     Example: mgeo-index bench --addresses ../shared/data/catalog/ccks2021_poi_candidates.tsv.gz --index-dir ccks-index --pairs ../shared/data/pairs/ccks2021_train.tsv.gz --build-rows 50000,200000
     """
@@ -193,8 +194,7 @@ def bench(
     with friendly_errors():
         for name in names:
             backends.check(name)
-        # the backend asked for must be there (others are skipped); numpy, for one-shot commands, is timed as the default
-        chosen = backends.require(settings.torch_backend(backend))
+        chosen = backends.require(settings.backend(backend))  # the backend asked for must be there; others are skipped
         report = bench_mod.run_bench(
             addresses, limit=limit, naive=naive, backend=chosen, model=model, cross_model=cross_model, names=names,
             pairs=pairs, split=split, index_dir=index_dir, queries=queries, build_sizes=sizes, data=data, work_dir=work_dir,

@@ -168,8 +168,9 @@ def bench_backends(
 
     Timings are interleaved (round 1 of every backend, then round 2 …) and the best round is kept, so a
     burst of load from other processes does not land on one backend only. A backend whose optional extra
-    is not installed (``onnx`` without ONNX Runtime) is not timed: its row is ``{"backend": name,
-    "skipped": why}``, in its place.
+    is not installed (``onnx`` without ONNX Runtime) is not timed, nor ``numpy`` (it computes the models of one-shot
+    commands; a torch module given it runs on the default): its row is ``{"backend": name, "skipped": why}``, in its
+    place.
     """
     from mgeo_index import settings
     from mgeo_index.runtime import backends
@@ -181,6 +182,9 @@ def bench_backends(
     first, second = texts[:n_pairs], [normalize(t) for t in others[:n_pairs]]
     loaded, skipped = {}, {}
     for name in names:
+        if name == "numpy":
+            skipped[name] = "numpy computes the models of one-shot commands (resolve ADDRESS); not timed here"
+            continue
         try:
             backends.require(name)
         except backends.MissingExtra as exc:
