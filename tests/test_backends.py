@@ -89,6 +89,36 @@ def test_runner_is_not_part_of_the_model_state(tiny_model_dirs):
     assert bi.runner is not None and bi.runner is not bi
 
 
+@pytest.mark.parametrize("name", ["int8", "bf16"])
+def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_copy(name):
+    """The loaders convert the shipped models themselves (their FP32 Linear weights dropped) and give the bits a
+    converted copy gives; the feature head, which the model computes itself, stays FP32."""
+    from torch import nn
+
+    from mgeo_index.model import loading
+    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.runtime import quant
+
+    copied_bi = backends.apply(load_bi_encoder(settings.bi_model_path()), name)
+    copied_cross = backends.apply(load_cross_encoder(settings.cross_model_path()), name)
+    bi, cross = loading.load_bi(device="cpu", backend=name), loading.load_cross(device="cpu", backend=name)
+    assert (bi.backend, bi.runner, cross.backend, cross.runner) == (name, None, name, None)
+
+    def wide_fp32(module):
+        return [m for m in module.modules() if isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= quant.MIN_FEATURES]
+
+    assert wide_fp32(copied_bi.encoder) and not wide_fp32(bi.encoder) and not wide_fp32(cross.model)
+    assert wide_fp32(cross.feature_head) and all(a is not b for a, b in zip(wide_fp32(cross.feature_head), wide_fp32(copied_cross.feature_head)))
+    assert np.array_equal(inference.encode(bi, TEXTS), inference.encode(copied_bi, TEXTS))
+    features = pair_features_batch(TEXTS, TEXTS[::-1])
+    assert np.array_equal(inference.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
+                          inference.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
+    assert np.array_equal(cross.head_logits(features), copied_cross.head_logits(features))
+    assert backends.apply(bi, name) is bi and bi.runner is None  # the same backend again: nothing to redo
+    with pytest.raises(ValueError, match="load it again to run it on torch"):
+        backends.apply(bi, "torch")
+
+
 def test_default_cpu_backend_follows_the_cpus_instructions():
     assert settings.default_cpu_backend(frozenset({"avx2", "avx512_vnni", "amx_bf16", "amx_int8"})) == "bf16"
     assert settings.default_cpu_backend(frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"})) == "int8"

@@ -46,7 +46,7 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
 
     device = settings.device(device)
     bi = load_bi_encoder(path).to(device)
-    return backends.apply(bi, backend, device=device) if apply_backend else bi
+    return backends.apply(bi, backend, device=device, in_place=True) if apply_backend else bi
 
 
 def load_cross(cross_model: str | Path | None = None, *, device: str | None = None, backend: str | None = None,
@@ -61,7 +61,7 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
         from mgeo_index.model.cross_encoder import load_cross_encoder
 
         device = settings.device(device)
-        cross = backends.apply(load_cross_encoder(path).to(device), backend, device=device)
+        cross = backends.apply(load_cross_encoder(path).to(device), backend, device=device, in_place=True)
     if not settings.cascade():
         cross.gate = None
     return cross
@@ -152,4 +152,4 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
         return bi, cross
     from mgeo_index.runtime import backends
 
-    return backends.apply(bi, backend, device=device), cross
+    return backends.apply(bi, backend, device=device, in_place=True), cross

@@ -68,11 +68,20 @@ def _installed(module: str) -> bool:
         return False
 
 
-def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu") -> torch.nn.Module:
+def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu",
+          in_place: bool = False) -> torch.nn.Module:
     """Set ``model.runner`` / ``model.backend`` for backend ``name`` (default: ``settings.backend()``; ``numpy``, which
     computes the models :mod:`mgeo_index.model.loading` loads for it, reads as the CPU's default here:
-    :func:`mgeo_index.settings.torch_backend`)."""
+    :func:`mgeo_index.settings.torch_backend`). ``in_place``: ``int8`` and ``bf16`` convert the model itself
+    instead of a copy, dropping its FP32 Linear weights (a model loaded for inference only: 12 MB less per
+    shipped network in every process); such a model then runs on that backend alone."""
     name = check(settings.torch_backend(name, device))
+    converted = model.__dict__.get("converted")
+    if converted is not None:
+        if name != converted:
+            raise ValueError(f"this model was loaded for the {converted} backend only (its FP32 weights were dropped); "
+                             f"load it again to run it on {name}")
+        return model
     if str(device).startswith("cuda") and name != "torch":
         raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
     require(name)
@@ -86,11 +95,13 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     if name == "compile":
         runner = torch.compile(model, dynamic=True)
     elif name == "int8":
-        runner = _quantized(model)
+        runner = _quantized(model, in_place)
     elif name == "bf16":
-        runner = _bf16(model)
+        runner = _bf16(model, in_place)
     elif name == "onnx":
         runner = OnnxRunner(export_onnx(model))
+    if in_place and name in ("int8", "bf16"):
+        model.__dict__["converted"] = name  # runner None: the model itself computes as the backend does
     # plain attributes, not registered submodules: state_dict(), .to() and saving never see the runner
     model.__dict__.update(backend=name, runner=runner)
     return model
@@ -104,21 +115,37 @@ def ensure(model: torch.nn.Module, name: str | None = None, *, device: str = "cp
     return model
 
 
-def _quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.runtime.quant.quantized_copy`)."""
+def computed_apart(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The parts of ``model`` that its forward pass (a runner) does not compute: a feature head, which the model
+    computes itself in FP32 (``head_logits``) on every backend, so a conversion in place leaves it as it is."""
+    head = getattr(model, "feature_head", None)
+    return [head] if isinstance(head, torch.nn.Module) else []
+
+
+def _quantized(model: torch.nn.Module, in_place: bool = False) -> torch.nn.Module | None:
+    """A copy whose Linear layers compute in int8 by rows (:func:`mgeo_index.runtime.quant.quantized_copy`); ``in_place``:
+    the model itself converted (None: no runner)."""
     from mgeo_index.runtime import quant
 
     model.__dict__.pop("runner", None)  # a runner applied before is not part of the copy
+    if in_place:
+        quant.quantize_linears(model, keep=computed_apart(model))
+        return None
     return quant.quantized_copy(model).eval()
 
 
-def _bf16(model: torch.nn.Module) -> torch.nn.Module:
+def _bf16(model: torch.nn.Module, in_place: bool = False) -> torch.nn.Module | None:
     """A copy whose transformer computes its Linear layers in bfloat16 tiles (:func:`mgeo_index.runtime.quant.bf16_copy`);
-    what follows the transformer (a projection) stays FP32."""
+    what follows the transformer (a projection) stays FP32. ``in_place``: the model itself converted (None)."""
     from mgeo_index.runtime import quant
 
     model.__dict__.pop("runner", None)
-    return quant.bf16_copy(model, [part for part in model.children() if attention.is_transformer(part)]).eval()
+    parts = [part for part in model.children() if attention.is_transformer(part)]
+    if in_place:
+        for part in parts:
+            quant.bf16_linears(part)
+        return None
+    return quant.bf16_copy(model, parts).eval()
 
 
 def onnx_path(model) -> Path:

@@ -84,10 +84,10 @@ def _int8(layer: nn.Linear) -> nn.Module | None:
     return Int8Linear(layer) if min(layer.in_features, layer.out_features) >= MIN_FEATURES else None
 
 
-def quantize_linears(module: nn.Module) -> nn.Module:
+def quantize_linears(module: nn.Module, keep: list[nn.Module] = ()) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``module`` at least ``MIN_FEATURES`` wide both ways by an
-    :class:`Int8Linear`; returns ``module``."""
-    return _replace_linears(module, _int8)
+    :class:`Int8Linear`, but those inside ``keep``; returns ``module``."""
+    return _replace_linears(module, _int8, keep)
 
 
 def quantized_copy(module: nn.Module) -> nn.Module:
@@ -95,8 +95,11 @@ def quantized_copy(module: nn.Module) -> nn.Module:
     return replaced_copy(module, _int8)
 
 
-def _replace_linears(module: nn.Module, replace) -> nn.Module:
+def _replace_linears(module: nn.Module, replace, keep: list[nn.Module] = ()) -> nn.Module:
+    kept = {id(part) for whole in keep for part in whole.modules()}
     for parent in list(module.modules()):
+        if id(parent) in kept:
+            continue
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and (new := replace(child)) is not None:
                 setattr(parent, name, new)
