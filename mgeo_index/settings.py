@@ -256,7 +256,7 @@ def cascade(enabled: bool | None = None) -> bool:
 
 
 def cache_dir() -> Path:
-    """Derived files (exported ONNX graphs): ``MGEO_INDEX_CACHE`` > ``$XDG_CACHE_HOME/mgeo-index`` > ``~/.cache/mgeo-index``."""
+    """Derived files (exported ONNX graphs, the gazetteer's tables): ``MGEO_INDEX_CACHE`` > ``$XDG_CACHE_HOME/mgeo-index`` > ``~/.cache/mgeo-index``."""
     chosen = env("CACHE")
     if chosen:
         return Path(chosen)

@@ -29,6 +29,40 @@ def gaz():
     return default_gazetteer()
 
 
+def test_the_gazetteer_loads_from_its_cache_what_its_file_gives(tmp_path, monkeypatch):
+    """The first load writes the tables to the cache; later loads read them there (not the JSON) and answer the
+    same; a damaged cache is passed by and written again; an unwritable cache directory only costs the speed."""
+    from mgeo_index.text import gazetteer
+
+    monkeypatch.setenv("MGEO_INDEX_CACHE", str(tmp_path / "cache"))
+    reference = gazetteer.Gazetteer(json.loads(gzip.decompress(gazetteer.DEFAULT_PATH.read_bytes())))
+    mentions = [[("北京", 1), ("朝阳", 3)], [("江干区", 3)], [("九堡镇", 4)], [("朝阳区", 3)]]
+
+    def same(loaded):
+        assert (loaded.units, loaded.official, loaded.names, loaded.history, loaded.supplementary) == (
+            reference.units, reference.official, reference.names, reference.history, reference.supplementary)
+        assert [loaded.resolve(m) for m in mentions] == [reference.resolve(m) for m in mentions]
+
+    same(gazetteer.load_gazetteer())
+    cached = gazetteer.cache_path(gazetteer.DEFAULT_PATH.read_bytes())
+    assert cached.parent == tmp_path / "cache" and cached.stat().st_size > 1_000_000
+    loads = json.loads
+
+    def no_json(*args, **kwargs):
+        raise AssertionError("read the JSON although the cache holds the tables")
+
+    monkeypatch.setattr(json, "loads", no_json)
+    same(gazetteer.load_gazetteer())
+    monkeypatch.setattr(json, "loads", loads)
+    size = cached.stat().st_size
+    cached.write_bytes(cached.read_bytes()[: size // 2])  # cut short, as by a full disk
+    same(gazetteer.load_gazetteer())
+    assert cached.stat().st_size == size
+    (tmp_path / "a file").write_text("not a directory")
+    monkeypatch.setenv("MGEO_INDEX_CACHE", str(tmp_path / "a file"))
+    same(gazetteer.load_gazetteer())
+
+
 def test_short_forms_and_context_resolve_ambiguous_names(gaz):
     beijing = gaz.resolve([("北京", 1), ("朝阳", 3)])
     assert (beijing["province"], beijing["district"], beijing["district_code"]) == ("北京市", "朝阳区", "110105")
