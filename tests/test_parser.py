@@ -2,6 +2,7 @@
 import gzip
 import itertools
 import random
+import sys
 import json
 from pathlib import Path
 
@@ -545,6 +546,35 @@ def test_loaded_gazetteer_and_tagger_stay_out_of_the_collectors_scans():
     assert gc.get_freeze_count() > 42_000
     scanned = {id(o) for o in gc.get_objects(generation=2)}
     assert not any(id(u) in scanned for u in default_gazetteer().units.values())
+
+
+def test_memory_freed_while_loading_goes_back_to_the_system():
+    """What a loader frees stays in the process (glibc keeps the pages) until :func:`release_freed` hands it back."""
+    import subprocess
+
+    from mgeo_index import heap
+
+    heap.release_freed()
+    if not heap._libc:
+        pytest.skip("the C library has no malloc_trim (not glibc)")
+    code = """if True:
+        import re, sys
+        from pathlib import Path
+        import numpy as np
+        from mgeo_index.heap import release_freed
+        def resident():
+            return int(re.search(r"VmRSS:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) // 1024
+        blocks = [np.ones(8_000) for _ in range(12_000)]  # 64 KB each, under glibc's mmap threshold: 768 MB in the heap
+        kept = blocks[-1]
+        del blocks  # all freed but the last, which keeps the heap from shrinking at its top
+        freed = resident()
+        release_freed()
+        print(freed, resident())
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    freed, released = map(int, done.stdout.split())
+    assert freed > 700 and released < freed - 600, (freed, released)
 
 
 def test_encoder_tagger_reads_each_address_as_if_alone():

@@ -438,12 +438,14 @@ def bench_built_resolve(index_dir: str | Path, catalog: str | Path, *, queries: 
     from opening it and answering them: models, n-gram matrix, index), all of it and its own (anonymous) part."""
     import random
 
+    from mgeo_index.heap import release_freed
     from mgeo_index.query.resolver import open_resolver
 
     with open(catalog, encoding="utf-8") as fh:
         texts = [line.rstrip("\n").split("\t", 1)[1] for line in fh.readlines()[1:]]
     sample = [t[2:] for t in random.Random(seed).sample(texts, min(queries, len(texts)))]
     del texts
+    release_freed()  # as opening the resolver does at its end, so that its growth is not offset by older frees
     before, before_anon = resident_mib(), resident_mib("RssAnon")
     resolver = open_resolver(index_dir, device="cpu", backend=backend)
     report = bench_resolve(resolver, sample)

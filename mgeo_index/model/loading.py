@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mgeo_index import settings
+from mgeo_index.heap import release_freed
 
 
 class ModelMismatch(Exception):
@@ -131,7 +132,8 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
                    backend: str | None = None, rerank: bool = True, engine=None, db: str | None = None,
                    profile: str | None = None):
     """(bi-encoder, cross-encoder or None) for querying the index whose ``descriptor`` is given; the
-    cross-encoder as :func:`index_cross_model` chooses it (``engine``: the index's open store)."""
+    cross-encoder as :func:`index_cross_model` chooses it (``engine``: the index's open store). The memory that
+    loading freed is handed back (:func:`mgeo_index.heap.release_freed`)."""
     device = settings.device(device)
     bi = load_bi(index_model_path(descriptor.get("model_path"), model), device=device, backend=backend,
                  apply_backend=False)
@@ -148,8 +150,9 @@ def load_for_index(descriptor: dict, index_dir: str | Path, *, model=None, cross
                 f"{path} is model {cross.fingerprint}, but `mgeo-index adapt` recorded version {version['id']} as "
                 f"{version['fingerprint']}: the directory was changed since. Restore it, or go back to the previous "
                 f"version with `mgeo-index adapt --rollback --index-dir {index_dir}`")
-    if getattr(bi, "backend", None) == "numpy":
-        return bi, cross
-    from mgeo_index.runtime import backends
+    if getattr(bi, "backend", None) != "numpy":
+        from mgeo_index.runtime import backends
 
-    return backends.apply(bi, backend, device=device, in_place=True), cross
+        backends.apply(bi, backend, device=device, in_place=True)
+    release_freed()  # the weights as read, dropped once converted
+    return bi, cross
