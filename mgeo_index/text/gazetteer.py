@@ -28,7 +28,7 @@ from mgeo_index import files, settings
 from mgeo_index.heap import freeze_loaded, release_freed
 
 DEFAULT_PATH = Path(__file__).parent / "data" / "gazetteer.json.gz"
-TABLES_VERSION = 1  # of :func:`tables`' layout: a change names other cache files
+TABLES_VERSION = 2  # of :func:`tables`' layout: a change names other cache files
 LEVELS = {1: "province", 2: "city", 3: "district", 4: "town"}
 MUNICIPALITIES = {"110000", "120000", "310000", "500000"}  # their districts hang under the province
 # Suffixes a written name may carry instead of its unit's (九堡镇 for 九堡街道, 浦东区 for 浦东新区).
@@ -72,8 +72,8 @@ class Gazetteer:
         return gazetteer
 
     def _adopt(self, parts: tuple) -> None:
-        units, official, names, history, supplementary = parts
-        self.units: dict[str, Unit] = {u[0]: Unit(*u) for u in units}
+        columns, official, names, history, supplementary = parts
+        self.units: dict[str, Unit] = {u[0]: Unit(*u) for u in zip(*columns)}
         self.official: dict[str, tuple[str, ...]] = official  # official name → codes
         # name → codes (official names and short forms); former names are kept apart
         self.names: dict[str, tuple[str, ...]] = names
@@ -329,9 +329,10 @@ class Gazetteer:
 
 
 def tables(data: dict) -> tuple:
-    """The gazetteer file's content as the tables a :class:`Gazetteer` holds: (unit rows as plain tuples, official
+    """The gazetteer file's content as the tables a :class:`Gazetteer` holds: (the units' fields as columns, official
     name → codes, name → codes, former name → targets, development zones), of plain types only (marshal writes
-    them). A parent's code is its unit's code object (42,121 strings fewer)."""
+    them; columns, not 42,121 rows, so that no tuple is made twice). A parent's code is its unit's code object
+    (42,121 strings fewer)."""
     code_of = {u[0]: u[0] for u in data["units"]}
     units = [(u[0], u[1], code_of.get(u[2], u[2]) if u[2] else None, u[3], u[4], u[5]) for u in data["units"]]
     official: dict[str, list[str]] = {}
@@ -343,7 +344,7 @@ def tables(data: dict) -> tuple:
         names[alias] = tuple(dict.fromkeys(names.get(alias, ()) + tuple(code_of.get(c, c) for c in codes)))
     history = {name: tuple((code_of.get(t[0], t[0]), t[1], t[2], t[3] if len(t) > 3 else None) for t in targets)
                for name, targets in data["history"]}
-    return units, official_codes, names, history, tuple(data.get("supplementary", ()))
+    return [list(column) for column in zip(*units)], official_codes, names, history, tuple(data.get("supplementary", ()))
 
 
 def load_gazetteer(path: Path | str | None = None) -> Gazetteer:
