@@ -90,9 +90,10 @@ def test_runner_is_not_part_of_the_model_state(tiny_model_dirs):
 
 
 @pytest.mark.parametrize("name", ["int8", "bf16"])
-def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_copy(name):
+def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_copy(name, tmp_path):
     """The loaders convert the shipped models themselves (their FP32 Linear weights dropped) and give the bits a
-    converted copy gives; the feature head, which the model computes itself, stays FP32."""
+    converted copy gives; the feature head, which the model computes itself, stays FP32. Such a model refuses to be
+    saved (its layers hold int8 / bfloat16 weights in another layout) and is left as it was."""
     from torch import nn
 
     from mgeo_index.model import loading
@@ -117,6 +118,12 @@ def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_c
     assert backends.apply(bi, name) is bi and bi.runner is None  # the same backend again: nothing to redo
     with pytest.raises(ValueError, match="load it again to run it on torch"):
         backends.apply(bi, "torch")
+    for model in (bi, cross):
+        with pytest.raises(ValueError, match="load it from its directory"):
+            model.save(tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+    assert np.array_equal(inference.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
+                          inference.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
 
 
 def test_default_cpu_backend_follows_the_cpus_instructions():

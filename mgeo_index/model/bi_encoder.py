@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
-from mgeo_index.model.manifest import save_hf_model, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import check_savable, save_hf_model, fingerprint, read_manifest, write_manifest
 from mgeo_index.model.tokenizer import load_tokenizer
 
 KIND = "bi-encoder"
@@ -61,6 +61,7 @@ class BiEncoder(nn.Module):
 
     def save(self, path: str | Path, *, half: bool = True) -> None:
         """Write the Hugging Face files + manifest; ``half`` stores weights as FP16 (half the size)."""
+        check_savable(self)
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_hf_model(self.encoder, self.tokenizer, path, half=half)

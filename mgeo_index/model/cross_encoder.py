@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
-from mgeo_index.model.manifest import ModelError, fingerprint, read_cross_manifest, save_hf_model, write_manifest
+from mgeo_index.model.manifest import ModelError, check_savable, fingerprint, read_cross_manifest, save_hf_model, write_manifest
 from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
 from mgeo_index.model.group_head import GROUP_HEAD, attach
 from mgeo_index.model.tokenizer import load_tokenizer
@@ -105,6 +105,7 @@ class CrossEncoder(Scoring, torch.nn.Module):
         return kernels.softmax(torch.from_numpy(logits), temperature=temperature).numpy()
 
     def save(self, path: str | Path, *, half: bool = True) -> None:
+        check_savable(self)
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_hf_model(self.model, self.tokenizer, path, half=half)

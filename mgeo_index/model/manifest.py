@@ -84,6 +84,16 @@ def fingerprint(path: str | Path, files: tuple[str, ...] = _FINGERPRINT_FILES) -
     return digest.hexdigest()[:16]
 
 
+def check_savable(model) -> None:
+    """Refuse (ValueError) to save a model converted in place for inference
+    (:func:`mgeo_index.runtime.backends.apply` with ``in_place``, as the inference loaders do): its Linear layers hold
+    int8 or bfloat16 weights in another layout, and its FP32 weights are gone."""
+    converted = model.__dict__.get("converted")
+    if converted:
+        raise ValueError(f"this model was loaded for the {converted} backend only (its FP32 weights were dropped); "
+                         f"load it from its directory ({model.path}) to save it")
+
+
 def save_hf_model(model, tokenizer, path: Path, *, half: bool) -> None:
     """save_pretrained of a transformer (FP16 on disk when ``half``; the model stays FP32) + its tokenizer."""
     try:
