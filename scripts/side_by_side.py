@@ -312,11 +312,12 @@ def start(args: argparse.Namespace) -> None:
         for version, code in versions.items():
             index_dir = Path(tmp) / f"index-{len(jobs)}"
             cli(code, "build", catalog, "--index-dir", index_dir)
-            for name, argv in start_commands(index_dir).items():
+            commands = start_commands(index_dir)
+            for name, argv in commands.items():
                 jobs[f"{version}: mgeo-index {name}"] = ([CLI, *argv], code)
             if version == "this checkout":  # beside the one-shot default: the models as torch modules
                 backend = torch_backend()
-                argv = [*start_commands(index_dir)["resolve ADDRESS"], "--backend", backend]
+                argv = [*commands["resolve ADDRESS"], "--backend", backend]
                 jobs[f"{version}: mgeo-index resolve ADDRESS --backend {backend}"] = ([CLI, *argv], code)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
         for _ in range(args.rounds):
