@@ -347,6 +347,36 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
     assert abs(again - probs).max() < 0.02
 
 
+def test_a_teachers_lower_layers_export_as_a_retrieval_tower(tiny_data, tmp_path):
+    """--tower-layers K: the teacher's embeddings and first K layers become a bi-encoder whose token states are the
+    teacher's after layer K, mean pooled; a depth the teacher does not have is refused."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from mgeo_index.training.teacher import TeacherConfig, bert_config, load_teacher, main
+
+    cfg = TeacherConfig(data_dir=tiny_data, layers=3, hidden=64, heads=2, intermediate=128)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(bert_config(cfg, AutoTokenizer.from_pretrained(cfg.tokenizer)))
+    snapshot = tmp_path / "cross-snapshot.safetensors"
+    save_file({k: v.half().contiguous() for k, v in model.state_dict().items()}, snapshot)
+    main(["--data", str(tiny_data), "--export-from", str(snapshot), "--tower-layers", "2", "--export", str(tmp_path / "tower")])
+    tower = load_bi_encoder(tmp_path / "tower", trainable=True)
+    assert (tower.encoder.config.num_hidden_layers, tower.dim, tower.pooling) == (2, 64, "mean")
+    teacher = load_teacher(snapshot).model.eval()
+    enc = tower.tokenizer(["北京朝阳建国路8号", "杭州西湖文三路478号"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = teacher.bert(**enc, output_hidden_states=True).hidden_states[2]
+        mask = enc["attention_mask"].unsqueeze(-1).float()
+        expected = (states * mask).sum(1) / mask.sum(1)
+        # the shipped files are FP16: the tower computes with the teacher's weights rounded to FP16
+        np.testing.assert_allclose(tower(**enc).numpy(), expected.numpy(), atol=1e-5)
+    assert inference.encode(load_bi_encoder(tmp_path / "tower"), "北京市朝阳区建国路8号").shape == (64,)
+    with pytest.raises(ValueError, match="1 to 3"):
+        main(["--data", str(tiny_data), "--export-from", str(snapshot), "--tower-layers", "4", "--export", str(tmp_path / "deep")])
+
+
 def test_pretraining_batches_take_turns_and_worker_processes_make_them_too(tiny_data):
     """Single texts, tagged addresses and labelled pairs in turn, each with masked positions to predict; the same
     random stream gives the same batches (a resumed one-process run); a DataLoader's workers (the GPU recipe)

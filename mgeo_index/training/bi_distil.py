@@ -63,6 +63,7 @@ class DistilConfig:
     out: Path = field(default_factory=lambda: settings.cache_dir() / "bi-distil")
     bi_model: Path = settings.DEFAULT_BI_MODEL
     cross_model: Path = settings.DEFAULT_CROSS_MODEL
+    pool_bi_model: Path | None = None  # the bi-encoder whose dense lists the pools hold (None: bi_model)
     minutes: float = 40.0
     lr: float = 2e-5
     batch: int = 32  # queries per step
@@ -399,6 +400,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--export", type=Path, default=None, help="write the distilled bi-encoder here when done")
     parser.add_argument("--bi-model", type=Path, default=DistilConfig.bi_model)
     parser.add_argument("--cross-model", type=Path, default=DistilConfig.cross_model)
+    parser.add_argument("--pool-bi-model", type=Path, default=None,
+                        help="mine the pools' dense lists with this bi-encoder (default: --bi-model), e.g. the "
+                             "shipped one when --bi-model is an untrained tower (training.teacher --tower-layers)")
     for name in ("batch", "negatives", "pool_k", "shenzhen_queries", "unlabelled", "max_queries", "seed"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(DistilConfig, name))
     for name in ("minutes", "lr", "tagged_share", "ccks_share", "kl_weight", "checkpoint_minutes", "eval_minutes"):
@@ -415,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     started = time.perf_counter()
-    pools = mine_pools(cfg, load_bi_encoder(cfg.bi_model), load_cross_encoder(cfg.cross_model))
+    pools = mine_pools(cfg, load_bi_encoder(cfg.pool_bi_model or cfg.bi_model), load_cross_encoder(cfg.cross_model))
     cfg.log(f"[pools] {len(pools['queries'])} queries, {len(pools['q'])} pairs ({(time.perf_counter() - started) / 60:.1f} min)")
     best = stage_train(cfg, pools)
     if target is not None:

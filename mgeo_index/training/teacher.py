@@ -570,6 +570,28 @@ def export_weights(cfg: TeacherConfig, weights: Path, target: Path) -> dict:
     return stage_export(cfg, load_teacher(weights), target)
 
 
+def export_tower(weights: Path, layers: int, target: Path) -> Path:
+    """A bi-encoder directory whose tower is the teacher's embeddings and its first ``layers`` layers, mean pooled:
+    a start for retrieval training that has seen the teacher's pretraining
+    (``python -m mgeo_index.training.bi_distil --bi-model target --pool-bi-model mgeo_index/model/default/bi``)."""
+    from transformers import BertModel
+
+    from mgeo_index.model.bi_encoder import BiEncoder
+
+    teacher = load_teacher(weights)
+    config = teacher.model.config
+    if not 0 < layers <= config.num_hidden_layers:
+        raise ValueError(f"--tower-layers must be 1 to {config.num_hidden_layers} (the teacher's depth), not {layers}")
+    config = BertConfig(**{**config.to_dict(), "num_hidden_layers": layers})
+    tower = BertModel(config, add_pooling_layer=False)
+    state = {name: value for name, value in teacher.model.bert.state_dict().items()
+             if not name.startswith(("pooler.", "encoder.layer.")) or (name.startswith("encoder.layer.")
+                                                                       and int(name.split(".")[2]) < layers)}
+    tower.load_state_dict(state)
+    BiEncoder(tower.eval(), teacher.tokenizer, max_length=64).save(target)
+    return target
+
+
 def train_teacher(cfg: TeacherConfig, export_to: Path | None = None) -> dict:
     quiet_transformers()
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -603,8 +625,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--export-from", type=Path, default=None,
                         help="only export these weights (a fine-tuning snapshot or checkpoint, e.g. "
                              "teacher/cross-snapshot.safetensors) to --export, without training, and exit")
+    parser.add_argument("--tower-layers", type=int, default=None,
+                        help="with --export-from: export the teacher's embeddings and first K layers as a "
+                             "bi-encoder (a retrieval tower to train) instead of the cross-encoder")
     args = vars(parser.parse_args(argv))
     export, save_to, export_from = args.pop("export"), args.pop("save_snapshot"), args.pop("export_from")
+    tower_layers = args.pop("tower_layers")
     cfg = TeacherConfig(data_dir=args.pop("data"), log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True), **args)
     if save_to is not None:
         print(json.dumps(save_snapshot(cfg, save_to), indent=2))
@@ -612,6 +638,9 @@ def main(argv: list[str] | None = None) -> None:
     if export_from is not None:
         if export is None:
             parser.error("--export-from needs --export DIR (where the exported teacher goes)")
+        if tower_layers is not None:
+            print(export_tower(export_from, tower_layers, export))
+            return
         print(json.dumps(export_weights(cfg, export_from, export), indent=2))
         return
     print(json.dumps(train_teacher(cfg, export), indent=2, default=str))
