@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mgeo_index import settings
-from mgeo_index.query.features import compare_parsed, explain, number_conflicts, numbers_agree
+from mgeo_index.query.features import EXPLAIN_ORDER, compare_parsed, explain, number_conflicts, numbers_agree
 from mgeo_index.query.match import score_sides
 from mgeo_index.model import numbers
 from mgeo_index.model.cross_encoder import load_cross_encoder
@@ -52,6 +52,20 @@ def test_a_changed_number_is_a_conflict_naming_the_element_and_both_values(a, b,
 ])
 def test_equal_numbers_written_differently_and_one_sided_numbers_are_no_conflict(a, b):
     assert conflicts(a, b) == {}
+
+
+def test_another_branch_lane_is_a_conflict_however_the_tagger_labels_it():
+    """51支弄 / 70支弄 of one 2000弄: the tagger reads one as a sub-road, the other as a road number, so no element
+    compares them; the lane numbers, read off the text, do. The pair features, which read only the tagger's
+    elements, stay as the heads were fitted."""
+    a, b = "北翟路2000弄51支弄11号", "闵行区北翟路2000弄70支弄11号楼"
+    qa, qb = parse([model_text(a), model_text(b)])
+    assert number_conflicts(qa, qb) == {"lane": ("51支弄", "70支弄")}
+    assert numbers.conflicting([qa], [qb]).tolist() == [True]
+    assert explain(a, b)["lane"]["text"] == "lane differs: 51支弄 vs 70支弄"
+    assert "lane" not in EXPLAIN_ORDER
+    assert conflicts("北翟路2000弄51支弄11号", "北翟路2000弄51支弄11号楼") == {}
+    assert conflicts("北翟路2000弄51支弄11号", "北翟路2000弄11号") == {}  # a lane on one side only
 
 
 def test_numbers_agree_on_values_ranges_and_more_specific_writings():

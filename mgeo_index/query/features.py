@@ -323,6 +323,15 @@ def _digit_runs(parsed: dict) -> tuple[str, ...]:
     return tuple(run.lstrip("0") or "0" for run in _NUMBERS.findall(parsed["text"]))
 
 
+_LANE = re.compile(r"([0-9]+)支弄")
+
+
+def _lanes(parsed: dict) -> tuple[str, ...]:
+    """The branch-lane numbers an address writes (2000弄51支弄 → ('51',)), whatever element the tagger read them
+    as: it reads 51支弄 as a sub-road on one side and 70支弄 as a road number on the other."""
+    return tuple(run.lstrip("0") or "0" for run in _LANE.findall(parsed["text"]))
+
+
 def _skeleton(parsed: dict) -> str:
     """The address below its admin levels with every number replaced by ``#``: 北山道247号 → 北山道#号."""
     text, admin = parsed["text"], [(e["start"], e["end"]) for e in parsed["elements"] if e["label"] in _ADMIN_LABELS]
@@ -341,6 +350,8 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
       neither side names one); a span the other side writes too, read there as another element, is no conflict.
     - Otherwise, the two addresses below their admin levels are the same text but for their numbers (白云拂公馆152
       / 白云拂公馆1592, where the tagger reads the bare digits differently on each side): element ``numbers``.
+    - Both write a branch lane (支弄) and no lane number in common (2000弄51支弄 / 2000弄70支弄): element ``lane``,
+      read off the text, since the tagger labels these spans inconsistently.
 
     An element written on one side only is no conflict."""
     runs_a, runs_b = _digit_runs(qa), _digit_runs(qb)
@@ -360,6 +371,9 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
         out[name] = ("".join(sa[name]), "".join(sb[name]))
     if not out and runs_a and runs_b and _skeleton(qa) == _skeleton(qb):
         out["numbers"] = ("-".join(runs_a), "-".join(runs_b))
+    lanes_a, lanes_b = _lanes(qa), _lanes(qb)
+    if lanes_a and lanes_b and not set(lanes_a) & set(lanes_b):
+        out["lane"] = ("、".join(f"{n}支弄" for n in lanes_a), "、".join(f"{n}支弄" for n in lanes_b))
     return out
 
 
@@ -407,8 +421,9 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
         else:
             continue
         rows[name] = (state, a, b, inferred)
-    if "numbers" in conflicts:  # the same text but for its numbers, which the tagger read differently
-        rows["numbers"] = ("differ", *conflicts["numbers"], [])
+    for name in ("numbers", "lane"):  # conflicts read off the text rather than off the tagger's elements
+        if name in conflicts:
+            rows[name] = ("differ", *conflicts[name], [])
     return rows
 
 
