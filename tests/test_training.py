@@ -347,7 +347,7 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
     assert abs(again - probs).max() < 0.02
 
 
-def test_a_teachers_lower_layers_export_as_a_retrieval_tower(tiny_data, tmp_path):
+def test_a_teachers_lower_layers_export_as_a_retrieval_tower(tiny_data, tmp_path, capsys):
     """--tower-layers K: the teacher's embeddings and first K layers become a bi-encoder whose token states are the
     teacher's after layer K, mean pooled; a depth the teacher does not have is refused."""
     import torch
@@ -373,8 +373,12 @@ def test_a_teachers_lower_layers_export_as_a_retrieval_tower(tiny_data, tmp_path
         # the shipped files are FP16: the tower computes with the teacher's weights rounded to FP16
         np.testing.assert_allclose(tower(**enc).numpy(), expected.numpy(), atol=1e-5)
     assert inference.encode(load_bi_encoder(tmp_path / "tower"), "北京市朝阳区建国路8号").shape == (64,)
-    with pytest.raises(ValueError, match="1 to 3"):
+    with pytest.raises(SystemExit):
         main(["--data", str(tiny_data), "--export-from", str(snapshot), "--tower-layers", "4", "--export", str(tmp_path / "deep")])
+    assert "1 to 3" in capsys.readouterr().err and not (tmp_path / "deep").exists()
+    with pytest.raises(SystemExit):  # a tower of which teacher?
+        main(["--data", str(tiny_data), "--tower-layers", "2", "--export", str(tmp_path / "deep")])
+    assert "--export-from" in capsys.readouterr().err
 
 
 def test_pretraining_batches_take_turns_and_worker_processes_make_them_too(tiny_data):

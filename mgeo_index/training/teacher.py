@@ -631,6 +631,8 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     export, save_to, export_from = args.pop("export"), args.pop("save_snapshot"), args.pop("export_from")
     tower_layers = args.pop("tower_layers")
+    if tower_layers is not None and export_from is None:
+        parser.error("--tower-layers needs --export-from SNAPSHOT (the teacher whose layers make the tower)")
     cfg = TeacherConfig(data_dir=args.pop("data"), log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True), **args)
     if save_to is not None:
         print(json.dumps(save_snapshot(cfg, save_to), indent=2))
@@ -639,7 +641,10 @@ def main(argv: list[str] | None = None) -> None:
         if export is None:
             parser.error("--export-from needs --export DIR (where the exported teacher goes)")
         if tower_layers is not None:
-            print(export_tower(export_from, tower_layers, export))
+            try:
+                print(export_tower(export_from, tower_layers, export))
+            except ValueError as err:
+                parser.error(str(err))
             return
         print(json.dumps(export_weights(cfg, export_from, export), indent=2))
         return
