@@ -24,14 +24,15 @@ _libc: ctypes.CDLL | None | bool = None  # loaded on first use; False where ther
 
 
 def freeze_loaded() -> None:
-    """Exclude every object tracked now from later collections (cheap: it moves one list). At exit they are
-    handed back to the collector, so that extension modules that check for leaks at shutdown (triton's
-    nanobind) find them collected."""
+    """Exclude every object tracked now from later collections (cheap: it moves one list), and give back what
+    loading freed (:func:`release_freed`). At exit the objects are handed back to the collector, so that extension
+    modules that check for leaks at shutdown (triton's nanobind) find them collected."""
     global _unfreeze_at_exit
     gc.freeze()
     if not _unfreeze_at_exit:
         atexit.register(gc.unfreeze)
         _unfreeze_at_exit = True
+    release_freed()
 
 
 def release_freed() -> None:

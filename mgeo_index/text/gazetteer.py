@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mgeo_index import files, settings
-from mgeo_index.heap import freeze_loaded, release_freed
+from mgeo_index.heap import freeze_loaded
 
 DEFAULT_PATH = Path(__file__).parent / "data" / "gazetteer.json.gz"
 TABLES_VERSION = 2  # of :func:`tables`' layout: a change names other cache files
@@ -377,8 +377,7 @@ def cache_path(raw: bytes) -> Path:
 @lru_cache(maxsize=1)
 def default_gazetteer() -> Gazetteer:
     """The shipped gazetteer, loaded once per process and kept out of the garbage collector's scans
-    (:func:`mgeo_index.heap.freeze_loaded`; what loading freed is handed back: :func:`mgeo_index.heap.release_freed`)."""
+    (:func:`mgeo_index.heap.freeze_loaded`, which also hands back what loading freed)."""
     gazetteer = load_gazetteer(DEFAULT_PATH)
     freeze_loaded()
-    release_freed()
     return gazetteer

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.heap import freeze_loaded, release_freed
+from mgeo_index.heap import freeze_loaded
 
 DEFAULT_DIR = Path(__file__).parent / "tagger"
 WEIGHTS = "model.safetensors"
@@ -253,9 +253,8 @@ def default_tagger() -> Tagger:
     """The shipped tagger, in FP32: each address is tagged the same whatever it is batched with. (The int8
     dynamic quantization used before scaled activations per batch: 12 of 2,000 addresses were tagged otherwise
     alone than in a batch of 128, so a query's parse, and its pair features, moved with its batch-mates.) Loaded
-    once per process and kept out of the garbage collector's scans (:func:`mgeo_index.heap.freeze_loaded`); what
-    loading freed is handed back (:func:`mgeo_index.heap.release_freed`)."""
+    once per process and kept out of the garbage collector's scans (:func:`mgeo_index.heap.freeze_loaded`, which
+    also hands back what loading freed)."""
     tagger = load_tagger(DEFAULT_DIR)
     freeze_loaded()
-    release_freed()
     return tagger
