@@ -320,7 +320,12 @@ _ADMIN_LABELS = ("prov", "city", "district", "town")
 
 def _digit_runs(parsed: dict) -> tuple[str, ...]:
     """The numbers an address writes, in order (maximal digit runs of its normalized text, leading zeros dropped)."""
-    return tuple(run.lstrip("0") or "0" for run in _NUMBERS.findall(parsed["text"]))
+    return _runs(_NUMBERS, parsed["text"])
+
+
+def _runs(pattern: re.Pattern, text: str) -> tuple[str, ...]:
+    """The digit runs ``pattern`` finds in ``text`` (its group where it has one), leading zeros dropped."""
+    return tuple(run.lstrip("0") or "0" for run in pattern.findall(text))
 
 
 _LANE = re.compile(r"([0-9]+)支弄")
@@ -329,7 +334,7 @@ _LANE = re.compile(r"([0-9]+)支弄")
 def _lanes(parsed: dict) -> tuple[str, ...]:
     """The branch-lane numbers an address writes (2000弄51支弄 → ('51',)), whatever element the tagger read them
     as: it reads 51支弄 as a sub-road on one side and 70支弄 as a road number on the other."""
-    return tuple(run.lstrip("0") or "0" for run in _LANE.findall(parsed["text"]))
+    return _runs(_LANE, parsed["text"])
 
 
 def _skeleton(parsed: dict) -> str:
