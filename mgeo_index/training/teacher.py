@@ -583,11 +583,10 @@ def export_tower(weights: Path, layers: int, target: Path) -> Path:
     if not 0 < layers <= config.num_hidden_layers:
         raise ValueError(f"--tower-layers must be 1 to {config.num_hidden_layers} (the teacher's depth), not {layers}")
     config = BertConfig(**{**config.to_dict(), "num_hidden_layers": layers})
-    tower = BertModel(config, add_pooling_layer=False)
-    state = {name: value for name, value in teacher.model.bert.state_dict().items()
-             if not name.startswith(("pooler.", "encoder.layer.")) or (name.startswith("encoder.layer.")
-                                                                       and int(name.split(".")[2]) < layers)}
-    tower.load_state_dict(state)
+    tower, bert = BertModel(config, add_pooling_layer=False), teacher.model.bert
+    tower.embeddings.load_state_dict(bert.embeddings.state_dict())
+    for mine, theirs in zip(tower.encoder.layer, bert.encoder.layer):  # the first ``layers``
+        mine.load_state_dict(theirs.state_dict())
     BiEncoder(tower.eval(), teacher.tokenizer, max_length=64).save(target)
     return target
 
