@@ -13,7 +13,7 @@ from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.text import model_text
 from mgeo_index.text.parser import parse
-from mgeo_index.training.data import number_pairs
+from mgeo_index.measure.number_set import CONFLICT_KINDS, CONTROL_KINDS, NUMBERED_LABELS, number_pairs
 
 
 def conflicts(a: str, b: str) -> dict:
@@ -52,6 +52,46 @@ def test_a_changed_number_is_a_conflict_naming_the_element_and_both_values(a, b,
 ])
 def test_equal_numbers_written_differently_and_one_sided_numbers_are_no_conflict(a, b):
     assert conflicts(a, b) == {}
+
+
+@pytest.mark.parametrize("a, b, element", [
+    ("北京市海淀区中关村大街4~6号", "北京市海淀区中关村大街46号", "roadno"),  # a range is not the number its digits run into
+    ("深圳市南山区科技园3、5栋", "深圳市南山区科技园35栋", "building"),  # nor is a list
+    ("北京市海淀区中关村大街4，6号", "北京市海淀区中关村大街46号", "roadno"),
+    ("深圳市南山区桃源村1~3栋201", "深圳市南山区桃源村13栋201", "building"),
+    ("北京市朝阳区SOHO现代城A座1201", "北京市朝阳区SOHO现代城B座1201", "building"),
+    ("北京市朝阳区SOHO现代城A栋1201", "北京市朝阳区SOHO现代城B栋1201", "building"),
+    ("深圳市福田区特区报业大厦B1层", "深圳市福田区特区报业大厦1层", "floor"),
+    ("深圳市福田区特区报业大厦负一层", "深圳市福田区特区报业大厦1层", "floor"),
+    ("深圳市福田区特区报业大厦-1层", "深圳市福田区特区报业大厦1层", "floor"),
+    ("深圳市福田区深南大道6008号特区报业大厦1202室", "深圳市福田区深南大道6008号特区报业大厦3层", "floor"),  # room 1202 is on floor 12
+    ("北京市西城区西直门南小街甲12号", "北京市西城区西直门南小街乙12号", "roadno"),
+    ("浙江省杭州市余杭区静慎村三组", "浙江省杭州市余杭区静慎村五组", "group"),
+    ("浙江省杭州市余杭区静慎村第三村民小组", "浙江省杭州市余杭区静慎村第五村民小组", "group"),
+    ("上海市嘉定区北翟路二百零八弄3号", "上海市嘉定区北翟路280弄3号", "roadno"),
+])
+def test_numbers_as_people_write_them_conflict(a, b, element):
+    found = conflicts(a, b)
+    assert element in found, found
+    assert conflicts(b, a).keys() == found.keys()  # either way round
+
+
+@pytest.mark.parametrize("a, b", [
+    ("特区报业大厦1201室", "特区报业大厦12楼01"),  # one room: floor and room written apart
+    ("特区报业大厦1201室", "特区报业大厦12F-01"),
+    ("特区报业大厦1201室", "特区报业大厦十二楼01室"),
+    ("特区报业大厦1201室", "特区报业大厦12层"),  # the room's own floor
+    ("北京市海淀区中关村大街4至6号", "北京市海淀区中关村大街5号"),  # a range holds its numbers
+    ("北京市海淀区中关村大街21号-23号", "北京市海淀区中关村大街22号"),
+    ("来巡路618号-622号", "来巡路621号"),  # however the tagger splits the range
+    ("深圳市南山区科技园3、5栋", "深圳市南山区科技园5栋"),  # a list holds its numbers
+    ("特区报业大厦B1层", "特区报业大厦负一层"), ("特区报业大厦地下二层", "特区报业大厦-2层"),  # one basement
+    ("西直门南小街甲12号", "西直门南小街甲十二号"),
+    ("静慎村三组", "静慎村3组"), ("北翟路二百零八弄3号", "北翟路208弄3号"),
+    ("星座湖溪43-3单元-1楼", "星座湖溪43-3单元1楼"),  # a hyphen after a unit separates: floor 1, not a basement
+])
+def test_one_number_written_otherwise_is_no_conflict(a, b):
+    assert conflicts(a, b) == {} and conflicts(b, a) == {}
 
 
 def test_another_branch_lane_is_a_conflict_however_the_tagger_labels_it():
@@ -124,12 +164,44 @@ def test_number_pairs_change_one_number_and_controls_keep_the_place():
                                               ("community", 12, 15), ("houseno", 15, 19)]),
                 ("浙江省杭州市西湖区文三路", [("prov", 0, 3), ("city", 3, 6), ("district", 6, 9), ("road", 9, 12)])]
     pairs = number_pairs(examples)
-    (text, changed, kind), = pairs["changed"]
+    (text, changed, kind), = [row for row in pairs["changed"] if row[2] in NUMBERED_LABELS]
     assert kind == "houseno" and changed != text and changed.startswith("山东省青岛市即墨市兰村镇五里村") and changed.endswith("号")
-    controls = {kind: b for _, b, kind in pairs["controls"]}
+    controls = {kind: b for _, b, kind in pairs["controls"] if kind in ("chinese_numerals", "full_width", "no_province_city")}
     assert controls == {"chinese_numerals": "山东省青岛市即墨市兰村镇五里村一百八十三号", "full_width": "山东省青岛市即墨市兰村镇五里村１８３号",
                         "no_province_city": "即墨市兰村镇五里村183号"}
     assert number_pairs(examples) == pairs  # seeded by the text
+
+
+ROOM_ADDRESS = ("深圳市福田区深南大道6008号报业大厦1202室", [("city", 0, 3), ("district", 3, 6), ("road", 6, 10), ("roadno", 10, 15),
+                                                 ("poi", 15, 19), ("roomno", 19, 24)])
+BUILDING_ADDRESS = ("杭州市余杭区静慎村8栋3层", [("city", 0, 3), ("district", 3, 6), ("community", 6, 9), ("houseno", 9, 11),
+                                          ("floorno", 11, 13)])
+
+
+def test_number_pairs_write_numbers_as_people_do_both_ways_round():
+    pairs = number_pairs([ROOM_ADDRESS, BUILDING_ADDRESS])
+    kinds = {part: {kind for *_, kind in rows} for part, rows in pairs.items()}
+    assert kinds["changed"] >= set(CONFLICT_KINDS) and kinds["controls"] >= set(CONTROL_KINDS)
+    assert kinds["holds"] == {"range_member"}
+    for part in ("changed", "controls"):  # both ways round
+        writings = [(a, b) for a, b, kind in pairs[part] if kind in CONFLICT_KINDS or kind in CONTROL_KINDS]
+        assert {(b, a) for a, b in writings} == set(writings)
+    by_kind = {kind: (a, b) for a, b, kind in pairs["changed"] + pairs["controls"] + pairs["holds"]}
+    a, b = by_kind["room_floor"]
+    assert {a, b} & {ROOM_ADDRESS[0]} and any(x.endswith(("层", "楼")) for x in (a, b))
+    a, b = by_kind["letter_building"]
+    assert a[:9] == b[:9] == "杭州市余杭区静慎村" and a[9] != b[9] and a[9].isupper() and a[10:] == b[10:]
+    assert "组" in by_kind["group_numerals"][0] and "弄" in by_kind["lane_numerals"][0]
+
+
+def test_every_writing_of_the_number_set_reads_as_its_part_says():
+    """The policy's reading of each writing: every conflict class a conflict, every control and range member none."""
+    pairs = number_pairs([ROOM_ADDRESS, BUILDING_ADDRESS])
+    rows = [(part, a, b, kind) for part, rs in pairs.items() for a, b, kind in rs if kind not in NUMBERED_LABELS]
+    parsed = parse([model_text(x) for _, a, b, _ in rows for x in (a, b)])
+    for i, (part, a, b, kind) in enumerate(rows):
+        found = number_conflicts(parsed[2 * i], parsed[2 * i + 1])
+        assert bool(found) == (part == "changed"), (kind, a, b, found)
 
 
 def test_fit_number_policy_sets_the_share_of_exact_match_among_conflicting_pairs(shipped):

@@ -55,6 +55,35 @@ def test_notes_and_phone_numbers_removed(raw, expected):
     assert normalize(raw) == expected
 
 
+@pytest.mark.parametrize("raw, expected", [
+    ("中关村大街4~6号", "中关村大街4-6号"), ("4～6号", "4-6号"), ("4至6号", "4-6号"), ("4到6号", "4-6号"),
+    ("21号至23号", "21号-23号"), ("4 - 6号", "4-6号"),  # a range: a hyphen
+    ("科技园3、5栋", "科技园3、5栋"), ("4，6号", "4、6号"), ("4,6号", "4、6号"), ("4 6号", "4、6号"),
+    ("7·8·9栋", "7、8、9栋"), ("4、、6号", "4、6号"),  # a list: 、
+    ("1~3栋201", "1-3栋201"), ("3-2-501室", "3-2-501室"), ("88号 3栋", "88号3栋"),
+])
+def test_a_separator_between_two_numbers_stays(raw, expected):
+    assert normalize(raw) == expected
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("特区报业大厦B1层", "特区报业大厦b1层"), ("负一层", "b1层"), ("地下二层停车场", "b2层停车场"), ("-1层", "b1层"),
+    ("负1楼", "b1楼"), ("大厦-2f", "大厦b2f"),
+    ("3-1层", "3-1层"), ("3单元-1楼", "3单元-1楼"), ("c座-1楼", "c座-1楼"),  # a hyphen after a part separates
+])
+def test_a_basement_is_written_one_way(raw, expected):
+    assert normalize(raw) == expected
+    assert normalize(raw.upper(), lower=False).lower() == normalize(raw)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("静慎村三组", "静慎村3组"), ("第五村民小组", "第5村民小组"), ("北翟路二百零八弄3号", "北翟路208弄3号"),
+    ("一千二百二十七号", "1227号"), ("三组团", "三组团"),
+])
+def test_numerals_of_groups_and_lanes(raw, expected):
+    assert normalize(raw) == expected
+
+
 def test_numerals_split_by_spaces_are_one_number():
     assert normalize("〇 八栋") == normalize("〇八栋") == "8栋"
 

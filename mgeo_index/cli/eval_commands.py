@@ -99,14 +99,17 @@ def eval_numbers(
     device: Device = None,
     backend: Backend = None,
 ) -> None:
-    """The number test set: tagged addresses paired with themselves with one number changed (another place) and
-    with the same place written otherwise (without province and city, in Chinese numerals, full-width).
+    """The number test set: tagged addresses paired with themselves with one number changed or written as another
+    number (another place: a building letter, a range against its merged digits, a basement, a room against
+    another floor, 甲 / 乙, a group or lane in Chinese numerals), with the same place written otherwise (without
+    province and city, in Chinese or full-width numerals, a room as floor + room, a basement or range written
+    another way), and a range against one of its numbers.
 
     Example: mgeo-index eval numbers --data ../shared/data --numbers strict
     """
     from mgeo_index.measure.evaluate import evaluate_numbers
     from mgeo_index.model.loading import load_cross
-    from mgeo_index.training.data import NUMBER_TEST_FILES, number_pairs
+    from mgeo_index.measure.number_set import NUMBER_TEST_FILES, number_pairs
     from mgeo_index.training.tagger import load_examples
 
     with friendly_errors():

@@ -201,16 +201,19 @@ def report_table(title: str, report: dict) -> Table:
 
 
 def numbers_table(title: str, report: dict) -> Table:
-    """:func:`mgeo_index.measure.evaluate.evaluate_numbers`: the share labelled exact_match, by kind of pair."""
+    """:func:`mgeo_index.measure.evaluate.evaluate_numbers`: the shares labelled exact_match and read as a number
+    conflict, by kind of pair."""
     table = Table(title=escape(title))
     for name in ("pairs", "kind", "count", "exact_match", "number conflict"):
         table.add_column(name, justify="left" if name in ("pairs", "kind") else "right")
-    for part, want in (("changed", "another place"), ("controls", "the same place")):
-        r = report[part]
-        table.add_row(f"{part} ({want})", "all", str(r["pairs"]), f"{r['exact_match']:.4f}", f"{r['number_conflict']:.4f}",
-                      style="bold")
-        for kind, k in r["exact_match_by_kind"].items():
-            table.add_row("", kind, str(k["pairs"]), f"{k['exact_match']:.4f}", "")
+    wants = {"changed": "another place", "controls": "the same place", "holds": "a range and its number"}
+    for part, r in report.items():
+        if not r["pairs"]:
+            continue
+        table.add_row(f"{part} ({wants.get(part, part)})", "all", str(r["pairs"]), f"{r['exact_match']:.4f}",
+                      f"{r['number_conflict']:.4f}", style="bold")
+        for kind, k in r["by_kind"].items():
+            table.add_row("", kind, str(k["pairs"]), f"{k['exact_match']:.4f}", f"{k['number_conflict']:.4f}")
     return table
 
 

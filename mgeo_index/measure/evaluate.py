@@ -98,31 +98,34 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
 
 def evaluate_numbers(cross, pairs: dict[str, list[tuple[str, str, str]]], *, device: str | None = None,
                      numbers: str | None = None) -> dict:
-    """How the model labels the number test set (:func:`mgeo_index.training.data.number_pairs`), each pair alone:
-    ``changed`` (one number changed: another place) and ``controls`` (the same place written otherwise), each with
-    its pairs, the share labelled ``exact_match`` overall and by kind, and the share whose parses report a number
-    conflict (for the controls: conflicts that are not one)."""
+    """How the model labels the number test set (:func:`mgeo_index.measure.number_set.number_pairs`), each pair alone:
+    per part — ``changed`` (another place), ``controls`` (the same place written otherwise), ``holds`` (a range or
+    list and one of its numbers) — its pairs, the share labelled ``exact_match`` and the share whose parses report a
+    number conflict (for the controls and holds: conflicts that are not one), overall and by kind."""
     from mgeo_index.query.features import number_conflicts, parse_distinct
     from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text
 
     exact = cross.labels.index("exact_match")
     report = {}
-    for part in ("changed", "controls"):
-        rows = pairs[part]
+    for part, rows in pairs.items():
+        if not rows:
+            report[part] = {"pairs": 0, "exact_match": None, "number_conflict": None, "by_kind": {}}
+            continue
         a, b = [model_text(x) for x, _, _ in rows], [model_text(y) for _, y, _ in rows]
         _, decided, _ = score_sides(cross, a, b, device=device, numbers=numbers)
         parsed = parse_distinct(a + b)
         conflict = [bool(number_conflicts(pa, pb)) for pa, pb in zip(parsed[: len(a)], parsed[len(a):])]
-        by_kind: dict[str, list[int]] = {}
-        for (_, _, kind), d in zip(rows, decided):
-            by_kind.setdefault(kind, []).append(int(d == exact))
+        by_kind: dict[str, list[tuple[int, int]]] = {}
+        for (_, _, kind), d, c in zip(rows, decided, conflict):
+            by_kind.setdefault(kind, []).append((int(d == exact), int(c)))
         report[part] = {
             "pairs": len(rows),
-            "exact_match": round(float(np.mean(decided == exact)), 4) if rows else None,
-            "number_conflict": round(float(np.mean(conflict)), 4) if rows else None,
-            "exact_match_by_kind": {k: {"pairs": len(v), "exact_match": round(float(np.mean(v)), 4)}
-                                    for k, v in sorted(by_kind.items())},
+            "exact_match": round(float(np.mean(decided == exact)), 4),
+            "number_conflict": round(float(np.mean(conflict)), 4),
+            "by_kind": {k: {"pairs": len(v), "exact_match": round(float(np.mean([e for e, _ in v])), 4),
+                            "number_conflict": round(float(np.mean([c for _, c in v])), 4)}
+                        for k, v in sorted(by_kind.items())},
         }
     return report
 

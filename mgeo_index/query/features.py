@@ -258,8 +258,17 @@ def _spans(parsed: dict) -> dict[str, str]:
 # Elements that carry a number: a different number on both sides is a different place (road number, building,
 # floor), or a different door within one (unit, room). See :mod:`mgeo_index.model.numbers` for the decision.
 NUMBERED = ("roadno", "building", "unit", "floor", "room")
-_NUMBER_TOKENS = re.compile(r"[0-9]+|[a-z]+")
-_RANGE = re.compile(r"^([0-9]+)-([0-9]+)(?:号|弄|栋|幢)")  # 4-6号: numbers 4 to 6 (one plot, several numbers)
+# A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
+_STEMS = "甲乙丙丁戊己庚辛壬癸"
+_NUMBER_TOKENS = re.compile(rf"[0-9]+|[a-z]+|[{_STEMS}]")
+# 4-6号, 21号-23号: numbers 4 to 6 (one plot, several numbers); normalization writes 4~6号 and 4至6号 so too.
+_RANGE = re.compile(r"^([0-9]+)(?:号|弄|栋|幢)?-([0-9]+)(?:号|弄|栋|幢)")
+_BASEMENT = re.compile(r"^b([0-9]+)")
+_DIGIT_RUN = re.compile(r"[0-9]+")  # b1层: normalization writes 负一层, 地下一层 and -1层 so
+# A room numbered by its floor: 1202室 is on floor 12 (3 or 4 digits, the last two the room on its floor).
+_FLOOR_ROOM = re.compile(r"^([0-9]{1,2})([0-9]{2})(?:室|房|户)?$")
+_SHORT_ROOM = re.compile(r"^([0-9]{1,2})(?:室|房|户)?$")
+_ROOM_ON_FLOOR = re.compile(r"^([0-9]{1,2})(?:f|楼|层)-?([0-9]{1,2})(?:室|房|户)?$")  # one room span: 4f-01, 12楼01室
 
 
 @lru_cache(maxsize=1 << 16)
@@ -270,13 +279,19 @@ def _normal_span(span: str) -> str:
 
 
 def number_value(name: str, span: str) -> tuple[str, ...]:
-    """The number an element span writes, as comparable tokens: digits without leading zeros and letters
-    (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), 7-6-1046 → ('7', '6', '1046')). A floor's ``f`` is
-    its marker, not part of the number (12f → ('12',)). Chinese and full-width numerals are digits already
-    (:func:`~mgeo_index.text.normalize`). Empty when the span writes no number (东座)."""
-    tokens = _NUMBER_TOKENS.findall(_normal_span(span))
+    """The number an element span writes, as comparable tokens: digits without leading zeros, letters and the stems
+    甲 / 乙 … (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), 甲12号 → ('甲', '12'), 7-6-1046 → ('7', '6',
+    '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero (12f → ('12',),
+    b1层 → ('-1',)); a room written with its floor is the room numbered by its floor (4f-01 → ('401',)). Chinese and full-width numerals are digits already (:func:`~mgeo_index.text.normalize`).
+    Empty when the span writes no number (东座)."""
+    text = _normal_span(span)
+    if name == "room" and (door := _ROOM_ON_FLOOR.match(text)):
+        return (door[1].lstrip("0") + door[2].zfill(2),)
+    tokens = _NUMBER_TOKENS.findall(text)
     if name == "floor":
         tokens = [t for t in tokens if t.isdigit()]
+        if tokens and _BASEMENT.match(text):
+            return ("-" + (tokens[0].lstrip("0") or "0"), *tokens[1:])
     return tuple(t.lstrip("0") or "0" if t.isdigit() else t for t in tokens)
 
 
@@ -284,11 +299,14 @@ def numbers_agree(name: str, a: str, b: str) -> bool:
     """Whether two spans of element ``name`` can write the same number. They agree when:
 
     - their values are equal, or one's tokens run inside the other's (a more specific writing: 316栋 ~ d316幢,
-      g栋 ~ g栋-1号, 16#-5号 ~ 16号);
-    - a range holds the other side's number (4-6号 ~ 5号, 21-23号 ~ 22号);
+      g栋 ~ g栋-1号, 16#-5号 ~ 16号; a list holding the other's number: 4、6号 ~ 6号);
+    - a range holds the other side's number (4-6号 ~ 5号, 21号-23号 ~ 22号);
     - one side is bare digits that start with the other's number and go on for a room number (12706 ~ 12号:
       12号706 with its 号 dropped);
-    - either side writes no number at all (no evidence)."""
+    - either side writes no number at all (no evidence).
+
+    A range or list is not the number its digits run into (4-6号, 4、6号 ≁ 46号), a basement not the floor of its
+    digit (b1层 ≁ 1层), one letter or stem not another (a座 ≁ b座, 甲12号 ≁ 乙12号)."""
     va, vb = number_value(name, a), number_value(name, b)
     if not va or not vb or va == vb:
         return True
@@ -305,22 +323,82 @@ def numbers_agree(name: str, a: str, b: str) -> bool:
     return False
 
 
+# A range in the text, whatever elements the tagger split it into (618号-622号 read as a road number and a
+# building): low < high, at most 50 numbers.
+_TEXT_RANGE = re.compile(r"(?<![0-9-])([0-9]+)(?:号|栋|幢|弄)?-([0-9]+)(?:号|栋|幢|弄)")
+
+
 def _number_spans(parsed: dict) -> dict[str, list[str]]:
-    """Numbered element → its spans (each alone: 478号 and 12号 in one address are two road numbers)."""
+    """Numbered element → its spans (each alone: 478号 and 12号 in one address are two road numbers). A span inside
+    a range of the text reads as the whole range (618号 of 618号-622号)."""
+    ranges = [m for m in _TEXT_RANGE.finditer(parsed["text"]) if int(m[1]) < int(m[2]) <= int(m[1]) + 50]
     out: dict[str, list[str]] = {}
     for e in parsed["elements"]:
         name = PARSED_ELEMENTS.get(e["label"])
         if name in NUMBERED:
-            out.setdefault(name, []).append(e["text"])
+            text = next((m[0] for m in ranges if m.start() <= e["start"] and e["end"] <= m.end()), e["text"])
+            if text not in out.get(name, ()):
+                out.setdefault(name, []).append(text)
     return out
 
 
+def _door_digits(spans: dict[str, list[str]]) -> str:
+    """The digits of a side's floor and room as written (12楼01 → 1201; 18 + 2 → 182), for two readings of one door."""
+    return "".join(_DIGIT_RUN.findall("".join(spans.get("floor", []) + spans.get("room", []))))
+
+
+def _floor_of_room(span: str) -> str | None:
+    """The floor a room number names (1202室 → '12', 0801 → '8'); None for a room not numbered by its floor."""
+    m = _FLOOR_ROOM.match(_normal_span(span))
+    return (m[1].lstrip("0") or None) if m else None
+
+
+def _one_floor(spans: dict[str, list[str]]) -> str | None:
+    """The side's floor when it writes one floor above ground as a number (12楼 → '12'), else None."""
+    values = {number_value("floor", f) for f in spans.get("floor", ())}
+    if len(values) == 1 and len(value := next(iter(values))) == 1 and value[0].isdigit():
+        return value[0]
+    return None
+
+
+def _rooms_as_doors(mine: dict[str, list[str]], theirs: dict[str, list[str]]) -> list[str] | None:
+    """``mine``'s rooms written as ``theirs`` writes a room, floor first: 12楼01 against a 1201室 with no floor of its
+    own reads as 1201 (one room, two writings). None when that does not apply."""
+    floor = _one_floor(mine)
+    if floor is None or "floor" in theirs or not mine.get("room") \
+            or not all(_floor_of_room(r) for r in theirs.get("room", ())) or not theirs.get("room"):
+        return None
+    rooms = [_SHORT_ROOM.match(_normal_span(r)) for r in mine["room"]]
+    if not all(rooms):
+        return None
+    return [f"{floor}{m[1].zfill(2)}" for m in rooms]
+
+
+def _floor_against_room(sa: dict[str, list[str]], sb: dict[str, list[str]]) -> tuple[str, str] | None:
+    """A floor on one side and, on the other, only rooms numbered by their floor, none of it (…3层 / …1202室):
+    (query span, candidate span); None when they agree or do not compare."""
+    for mine, theirs, flip in ((sa, sb, False), (sb, sa, True)):
+        floor = _one_floor(mine)
+        if floor is None or "floor" in theirs or not theirs.get("room"):
+            continue
+        floors = [_floor_of_room(r) for r in theirs["room"]]
+        if all(floors) and floor not in floors:
+            pair = ("".join(mine["floor"]), "".join(theirs["room"]))
+            return pair[::-1] if flip else pair
+    return None
+
+
 _ADMIN_LABELS = ("prov", "city", "district", "town")
+# What tells two numbers apart in a text: digit runs, a lone letter (a座, b1层, f座; not a word such as soho, nor
+# the f of a floor, 12f) and a stem before digits (甲12号). A range or list is one number for the skeleton (4-6号, 3、5栋).
+_LETTER = r"(?<![a-z])(?:[a-eg-z]|(?<![0-9])f)(?![a-z])"
+_MARKS = re.compile(rf"[0-9]+|{_LETTER}|[{_STEMS}](?=[0-9])")
+_NUMBER_GROUP = re.compile(rf"(?:{_LETTER}|[{_STEMS}])?[0-9]+(?:[-、][0-9]+)*|{_LETTER}")
 
 
-def _digit_runs(parsed: dict) -> tuple[str, ...]:
-    """The numbers an address writes, in order (maximal digit runs of its normalized text, leading zeros dropped)."""
-    return _runs(_NUMBERS, parsed["text"])
+def _number_marks(parsed: dict) -> tuple[str, ...]:
+    """The numbers an address writes, in order (:data:`_MARKS` of its normalized text, leading zeros dropped)."""
+    return _runs(_MARKS, parsed["text"])
 
 
 def _runs(pattern: re.Pattern, text: str) -> tuple[str, ...]:
@@ -328,57 +406,108 @@ def _runs(pattern: re.Pattern, text: str) -> tuple[str, ...]:
     return tuple(run.lstrip("0") or "0" for run in pattern.findall(text))
 
 
+# A branch lane (2000弄51支弄 → 51), whatever element the tagger read it as: it reads 51支弄 as a sub-road on one
+# side and 70支弄 as a road number on the other.
 _LANE = re.compile(r"([0-9]+)支弄")
+# A village group: 3组, 第5村民小组 (normalization writes 三组 and 第五村民小组 so); not 3组团, a numbered cluster.
+_GROUP = re.compile(r"([0-9]+)(?:村民小组|村民组|小组|组)(?!团|合|织)")
 
 
-def _lanes(parsed: dict) -> tuple[str, ...]:
-    """The branch-lane numbers an address writes (2000弄51支弄 → ('51',)), whatever element the tagger read them
-    as: it reads 51支弄 as a sub-road on one side and 70支弄 as a road number on the other."""
-    return _runs(_LANE, parsed["text"])
+def _below_admin(parsed: dict) -> str:
+    """The normalized text less its admin spans (wherever they are: a POI name may end on one, 温州市良荣修理厂)."""
+    text, end = parsed["text"], 0
+    kept = []
+    for e in parsed["elements"]:
+        if e["label"] in _ADMIN_LABELS:
+            kept.append(text[end:e["start"]])
+            end = e["end"]
+    return "".join(kept) + text[end:]
 
 
 def _skeleton(parsed: dict) -> str:
-    """The address below its admin levels with every number replaced by ``#``: 北山道247号 → 北山道#号."""
-    text, admin = parsed["text"], [(e["start"], e["end"]) for e in parsed["elements"] if e["label"] in _ADMIN_LABELS]
-    end = max((e for _, e in admin), default=0)
-    return _NUMBERS.sub("#", text[end:])
+    """The address below its admin levels with every number (a range or list as one, letters and stems with it)
+    replaced by ``#``: 北山道247号 → 北山道#号, soho现代城a座1201 → soho现代城#座#."""
+    return _NUMBER_GROUP.sub("#", _below_admin(parsed))
+
+
+def _group_numbers(group: str) -> tuple[str, set[int] | None]:
+    """A number of :data:`_NUMBER_GROUP` without leading zeros, and the numbers it holds when it is a range (4-6:
+    4, 5, 6) or a list (3、5: 3, 5)."""
+    group = re.sub(r"(?<![0-9])0+(?=[0-9])", "", group)
+    if m := re.fullmatch(r"([0-9]+)-([0-9]+)", group):
+        return group, set(range(int(m[1]), int(m[2]) + 1)) if int(m[2]) - int(m[1]) <= 1000 else None
+    if "、" in group and all(t.isdigit() for t in group.split("、")):
+        return group, {int(t) for t in group.split("、")}
+    return group, None
+
+
+def _groups_agree(x: str, y: str) -> bool:
+    """Two numbers at one place of one skeleton are one: equal, or a range or list holding the other's number."""
+    (x, held_x), (y, held_y) = _group_numbers(x), _group_numbers(y)
+    return x == y or bool(held_x and y.isdigit() and int(y) in held_x) or bool(held_y and x.isdigit() and int(x) in held_y)
+
+
+def _differing_numbers(qa: dict, qb: dict) -> tuple[str, str] | None:
+    """The two addresses below their admin levels are the same text but for numbers that are not one (白云拂公馆152
+    / 白云拂公馆1592): the numbers that differ, as (query, candidate); None otherwise."""
+    if _skeleton(qa) != _skeleton(qb):
+        return None
+    pairs = zip(_NUMBER_GROUP.findall(_below_admin(qa)), _NUMBER_GROUP.findall(_below_admin(qb)))
+    differ = [(x, y) for x, y in pairs if not _groups_agree(x, y)]
+    return ("、".join(x for x, _ in differ), "、".join(y for _, y in differ)) if differ else None
+
+
+# Conflicts read off the text rather than off the tagger's elements (rows of their own in an explanation; the pair
+# features, which read the tagger's elements, do not see them).
+TEXT_CONFLICTS = ("numbers", "lane", "group")
 
 
 def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
     """Where two parsed addresses write different numbers for the same thing: ``{element: (query, candidate)}``.
 
-    - Both write the same numbers in the same order: no conflict, however the tagger split them (沁芳里682 read
-      as building 6, room 82 on one side and building 68, room 2 on the other).
+    - Both write the same numbers (letters and stems included) in the same order: no conflict, however the tagger
+      split them (沁芳里682 read as building 6, room 82 on one side and building 68, room 2 on the other).
     - A numbered element (road number, building, unit, floor, room) both sides write with no number in common
       (:func:`numbers_agree`; an element with several spans conflicts only when no span of one side agrees with a
       span of the other); the spans of one element joined. Road numbers count only on the same road (or where
       neither side names one); a span the other side writes too, read there as another element, is no conflict.
+      A room numbered by its floor is compared with a floor and room written apart (1201室 ~ 12楼01), and with a
+      floor the other side writes alone (1202室 ≁ 3层: element ``floor``).
     - Otherwise, the two addresses below their admin levels are the same text but for their numbers (白云拂公馆152
       / 白云拂公馆1592, where the tagger reads the bare digits differently on each side): element ``numbers``.
     - Both write a branch lane (支弄) and no lane number in common (2000弄51支弄 / 2000弄70支弄): element ``lane``,
-      read off the text, since the tagger labels these spans inconsistently.
+      read off the text, since the tagger labels these spans inconsistently; the same for a village group
+      (3组 / 5组, 第3村民小组 / 第5村民小组): element ``group``.
 
     An element written on one side only is no conflict."""
-    runs_a, runs_b = _digit_runs(qa), _digit_runs(qb)
-    if runs_a == runs_b:
+    marks_a, marks_b = _number_marks(qa), _number_marks(qb)
+    if marks_a == marks_b:
         return {}
     sa, sb = _number_spans(qa), _number_spans(qb)
     spans_a, spans_b = ({_normal_span(t) for spans in side.values() for t in spans} for side in (sa, sb))
     roads = [_spans(q).get("road") for q in (qa, qb)]
+    rooms = {"room": (_rooms_as_doors(sa, sb) or sa.get("room"), _rooms_as_doors(sb, sa) or sb.get("room"))}
     out = {}
     for name in NUMBERED:
-        if name not in sa or name not in sb or any(numbers_agree(name, x, y) for x in sa[name] for y in sb[name]):
+        mine, theirs = rooms.get(name, (sa.get(name), sb.get(name)))
+        if not mine or not theirs or any(numbers_agree(name, x, y) for x in mine for y in theirs):
             continue
         if name == "roadno" and (bool(roads[0]) != bool(roads[1]) or roads[0] and not _same("road", *roads)):
             continue  # a number of another road (or of a road one side does not name): not comparable
         if any(_normal_span(t) in spans_b for t in sa[name]) or any(_normal_span(t) in spans_a for t in sb[name]):
             continue  # the other side writes this very span, read as another element (75号 a road number, a building)
         out[name] = ("".join(sa[name]), "".join(sb[name]))
-    if not out and runs_a and runs_b and _skeleton(qa) == _skeleton(qb):
-        out["numbers"] = ("-".join(runs_a), "-".join(runs_b))
-    lanes_a, lanes_b = _lanes(qa), _lanes(qb)
-    if lanes_a and lanes_b and not set(lanes_a) & set(lanes_b):
-        out["lane"] = ("、".join(f"{n}支弄" for n in lanes_a), "、".join(f"{n}支弄" for n in lanes_b))
+    if "floor" not in out and "room" not in out and (floor := _floor_against_room(sa, sb)):
+        out["floor"] = floor
+    if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") \
+            and _door_digits(sa) == _door_digits(sb) and not any(_normal_span(f).startswith("b") for f in sa.get("floor", []) + sb.get("floor", [])):
+        out.pop("floor", None), out.pop("room", None)  # one door, split otherwise: 18 + 2 / 1层 + 82室
+    for name, pattern, unit in (("lane", _LANE, "支弄"), ("group", _GROUP, "组")):
+        found_a, found_b = _runs(pattern, qa["text"]), _runs(pattern, qb["text"])
+        if found_a and found_b and not set(found_a) & set(found_b):
+            out[name] = ("、".join(f"{n}{unit}" for n in found_a), "、".join(f"{n}{unit}" for n in found_b))
+    if not out and marks_a and marks_b and (numbers := _differing_numbers(qa, qb)):
+        out["numbers"] = numbers
     return out
 
 
@@ -412,10 +541,10 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
             inferred = [side for side, adm in (("query", admin_a), ("candidate", admin_b)) if name in adm["inferred"]]
             a, b = admin_a[name], admin_b[name]
             state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
+        elif name in conflicts:  # a floor against a room numbered by its floor: one side writes no floor
+            state, (a, b) = "differ", (a, b) if a and b else conflicts[name]
         elif a and b:
-            if name in conflicts:
-                state = "differ"
-            elif name in NUMBERED and number_value(name, a) and number_value(name, b):
+            if name in NUMBERED and number_value(name, a) and number_value(name, b):
                 state = "agree"  # a number in common (ranges, several spans: number_conflicts)
             else:
                 state = "agree" if _same(name, a, b) else "differ"
@@ -426,7 +555,7 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
         else:
             continue
         rows[name] = (state, a, b, inferred)
-    for name in ("numbers", "lane"):  # conflicts read off the text rather than off the tagger's elements
+    for name in TEXT_CONFLICTS:  # conflicts read off the text rather than off the tagger's elements
         if name in conflicts:
             rows[name] = ("differ", *conflicts[name], [])
     return rows

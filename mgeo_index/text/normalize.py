@@ -8,10 +8,15 @@ distinguishes two addresses (numbers, letters, CJK). Steps, repeated until nothi
 3. phone numbers removed (mobile ``1[3-9]`` + 9 digits, landline ``0AA(A)-NNNNNNN(N)``), with a
    label directly before them (电话, 手机, tel);
 4. parenthesized notes that are not address parts removed: ``(电联)``, ``(收件人张三)``, ``(联系…)``;
-5. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
+5. a separator between two numbers kept, so that two numbers never run into a third: a range (4~6号, 4至6号,
+   4到6号, 21号—23号) is written with a hyphen (4-6号, 21号-23号), a list (3、5栋, 4，6号, "4 6号", 4·6号) with 、
+   (3、5栋, 4、6号);
+6. punctuation without address meaning and whitespace removed (hyphens, '#', '/' and parentheses
    stay: they separate numbers such as 3-2-501, 7#, 12/f and mark sub-locations);
-6. Chinese numerals written as house / building / unit / floor / room numbers turned into digits
-   (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼, 七巷 → 7巷, 六期 → 6期); other numerals (五一路, 十里河, 一号线) stay.
+7. Chinese numerals written as house / building / unit / floor / room / lane / village-group numbers turned into
+   digits (八十八号 → 88号, 三单元 → 3单元, 十二楼 → 12楼, 七巷 → 7巷, 六期 → 6期, 二百零八弄3号 → 208弄3号,
+   三组 → 3组, 第五村民小组 → 第5村民小组); other numerals (五一路, 十里河, 一号线) stay;
+8. a basement floor written one way: 负一层, 地下一层, -1层, 负1楼 → b1层, b1楼 (as B1层 is written).
 """
 from __future__ import annotations
 
@@ -24,6 +29,12 @@ from mgeo_index.text.numerals import NUMERAL_CHARS, chinese_to_int
 
 _SPACE = re.compile(r"\s+")
 _NOISE = re.compile(r"[\"'`~!！@$%^&*_=+|\\;:；：,，。、?？<>《》「」『』【】\[\]{}·…]+")
+# Between two numbers (step 5): a range mark becomes a hyphen (a unit written after the first number stays:
+# 21号至23号 → 21号-23号), a list mark (or a space) becomes 、, which the noise step then keeps.
+_RANGE_MARK = re.compile(r"([0-9])(号|栋|幢|弄)?\s*(?:[~〜至到—–]|\s-|-\s)\s*(?=[0-9])")
+_LIST_MARK = re.compile(r"(?<=[0-9])[\s、，,·*_]+(?=[0-9])")
+_LIST = "、"
+_KEPT_LIST = re.compile(rf"(?<=[0-9]){_LIST}(?=[0-9])")
 # Control characters, and lone surrogates (from JSON "\ud800" escapes or undecodable command-line bytes),
 # which no encoder or tokenizer accepts.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -41,9 +52,12 @@ _NOTE = re.compile(r"\((?:[^()]*?(?:电联|联系|收件人|收货人|电话|手
 # Chinese numerals directly before a house / building / unit / floor / room suffix; not before
 # 号线 (metro lines) or 号路/号街/号大道 (roads named by number), which are names.
 _NUMBERED = re.compile(
-    rf"(?<![{NUMERAL_CHARS}])([{NUMERAL_CHARS}]{{1,6}})"
-    r"(?=号(?!线|路|街|大道)|栋|幢|座|单元|层|楼|室|户|巷|期|弄(?![0-9]))"
+    rf"(?<![{NUMERAL_CHARS}])([{NUMERAL_CHARS}]{{1,7}})"  # up to 一千二百二十七
+    r"(?=号(?!线|路|街|大道)|栋|幢|座|单元|层|楼|室|户|巷|期|弄|组(?!团|合|织)|村民小组|村民组|小组)"
 )
+# A basement floor (step 8): 负1层, 地下1层, -1层 (not 3-1层: floor 1 of building 3), 负1楼, -1f.
+# A hyphen after a building, unit or room is a separator (43-3单元-1楼: floor 1 of unit 3), not a minus.
+_BASEMENT = re.compile(r"(?:负|地下|(?<![0-9a-zA-Z元栋幢座楼层室号#])-)([0-9]{1,2})(?=层|楼|[fF](?![a-zA-Z]))")
 
 
 @lru_cache(maxsize=1)
@@ -81,11 +95,24 @@ def to_simplified(text: str) -> str:
 
 
 def basic(text: str) -> str:
-    """The first normalization (NFKC, lowercase, noise punctuation and spaces only)."""
+    """The first normalization (NFKC, lowercase, noise punctuation and spaces only; a separator between two
+    numbers kept as in :func:`normalize`)."""
     text = unicodedata.normalize("NFKC", text).lower()
     text = _CONTROL.sub("", text)
-    text = _NOISE.sub("", text)
-    return _SPACE.sub("", text)
+    return _SPACE.sub("", _drop_noise(_separators(text)))
+
+
+def _separators(text: str) -> str:
+    """Step 5: a range mark between two numbers as a hyphen, a list mark as 、 (see the module docstring)."""
+    return _LIST_MARK.sub(_LIST, _RANGE_MARK.sub(r"\1\2-", text))
+
+
+def _drop_noise(text: str) -> str:
+    """Step 6's punctuation removed, but a list mark between two numbers (3、5栋) kept."""
+    if _LIST not in text:
+        return _NOISE.sub("", text)
+    parts = _KEPT_LIST.split(text)
+    return _LIST.join(_NOISE.sub("", part) for part in parts)
 
 
 def _numeral(match: re.Match) -> str:
@@ -108,9 +135,11 @@ def normalize(text: str, *, lower: bool = True) -> str:
         text = to_simplified(text)
         text = _PHONE.sub("", text)
         text = _NOTE.sub("", text)
-        text = _NOISE.sub("", text)
+        text = _separators(text)
+        text = _drop_noise(text)
         text = _SPACE.sub("", text)
         text = _NUMBERED.sub(_numeral, text)  # after the spaces: 〇 八栋 is one number
+        text = _BASEMENT.sub(r"b\1" if lower else r"B\1", text)
         if text == before:
             break
     return text
