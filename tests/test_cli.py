@@ -129,6 +129,20 @@ def test_match_scores_pairs_in_input_order(tmp_path):
     assert float(rows[0]["p_exact_match"]) > float(rows[2]["p_exact_match"])
 
 
+def test_match_explain_writes_both_values_of_each_element(tmp_path):
+    """match --explain writes the explanation resolve --json and the API give: state, both values, the sentence."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n特区报业大厦1201室\t特区报业大厦12楼02\n北京朝阳建国路88号\t北京市朝阳区建国路88号\n",
+                     encoding="utf-8")
+    out = tmp_path / "scored.tsv"
+    result = run("match", "--file", pairs, "--out", out, "--explain", "--pairwise")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(r["explain"]) for r in csv.DictReader(out.open(encoding="utf-8"), delimiter="\t")]
+    assert rows[0]["room"] == {"state": "differ", "query": "1201室", "candidate": "12楼02",  # the room with its floor
+                               "text": "room differs: 1201室 vs 12楼02"}
+    assert rows[1]["roadno"] == {"state": "agree", "query": "88号", "candidate": "88号", "text": "roadno agrees: 88号"}
+
+
 def test_match_requires_columns_a_and_b(tmp_path):
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("x\ty\n北京\t上海\n", encoding="utf-8")

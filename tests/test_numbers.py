@@ -89,6 +89,7 @@ def test_numbers_as_people_write_them_conflict(a, b, element):
     ("西直门南小街甲12号", "西直门南小街甲十二号"),
     ("静慎村三组", "静慎村3组"), ("北翟路二百零八弄3号", "北翟路208弄3号"),
     ("星座湖溪43-3单元-1楼", "星座湖溪43-3单元1楼"),  # a hyphen after a unit separates: floor 1, not a basement
+    ("物流园520-521仓库3层", "物流园520-521仓库"),  # 521 ends a range: no room of floor 5
 ])
 def test_one_number_written_otherwise_is_no_conflict(a, b):
     assert conflicts(a, b) == {} and conflicts(b, a) == {}

@@ -121,7 +121,8 @@ def parse(
 def match(
     file: Annotated[Path, typer.Option("--file", "-f", help="TSV/CSV with header columns a and b.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output TSV: input columns + label + p_<label>.")],
-    explain: Annotated[bool, typer.Option("--explain", help="Add a JSON column: which elements agree or differ.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Add a JSON column: per element, whether it agrees or "
+                                          "differs, with both values (room differs: 1201室 vs 01).")] = False,
     pairwise: Pairwise = False,
     cross_model: CrossModel = None,
     device: Device = None,

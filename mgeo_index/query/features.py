@@ -374,12 +374,22 @@ def _rooms_as_doors(mine: dict[str, list[str]], theirs: dict[str, list[str]]) ->
     return [f"{floor}{m[1].zfill(2)}" for m in rooms]
 
 
-def _floor_against_room(sa: dict[str, list[str]], sb: dict[str, list[str]]) -> tuple[str, str] | None:
+def _in_range(text: str, span: str) -> bool:
+    """Whether ``span``'s number is one end of a range or list in ``text`` (830-831仓库: 831 is no room of floor 8)."""
+    number = _DIGIT_RUN.search(span)
+    if number is None:
+        return False
+    n, at = int(number[0]), re.escape(number[0])
+    return any(int(m[1]) < n <= int(m[1]) + 50 for m in re.finditer(rf"(?<![0-9])([0-9]+)[-、]{at}(?![0-9])", text)) \
+        or any(n < int(m[1]) <= n + 50 for m in re.finditer(rf"(?<![0-9]){at}[-、]([0-9]+)(?![0-9])", text))
+
+
+def _floor_against_room(qa: dict, qb: dict, sa: dict[str, list[str]], sb: dict[str, list[str]]) -> tuple[str, str] | None:
     """A floor on one side and, on the other, only rooms numbered by their floor, none of it (…3层 / …1202室):
-    (query span, candidate span); None when they agree or do not compare."""
-    for mine, theirs, flip in ((sa, sb, False), (sb, sa, True)):
+    (query span, candidate span); None when they agree or do not compare (a number of a range is no room)."""
+    for mine, theirs, text, flip in ((sa, sb, qb["text"], False), (sb, sa, qa["text"], True)):
         floor = _one_floor(mine)
-        if floor is None or "floor" in theirs or not theirs.get("room"):
+        if floor is None or "floor" in theirs or not theirs.get("room") or any(_in_range(text, r) for r in theirs["room"]):
             continue
         floors = [_floor_of_room(r) for r in theirs["room"]]
         if all(floors) and floor not in floors:
@@ -496,8 +506,10 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
             continue  # a number of another road (or of a road one side does not name): not comparable
         if any(_normal_span(t) in spans_b for t in sa[name]) or any(_normal_span(t) in spans_a for t in sb[name]):
             continue  # the other side writes this very span, read as another element (75号 a road number, a building)
-        out[name] = ("".join(sa[name]), "".join(sb[name]))
-    if "floor" not in out and "room" not in out and (floor := _floor_against_room(sa, sb)):
+        shown = [side.get("floor", []) + side[name] if name == "room" and composed else side[name]
+                 for side, composed in ((sa, rooms["room"][0] is not sa.get("room")), (sb, rooms["room"][1] is not sb.get("room")))]
+        out[name] = ("".join(shown[0]), "".join(shown[1]))  # a room read with its floor is shown with it: 12楼02
+    if "floor" not in out and "room" not in out and (floor := _floor_against_room(qa, qb, sa, sb)):
         out["floor"] = floor
     if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") \
             and _door_digits(sa) == _door_digits(sb) and not any(_normal_span(f).startswith("b") for f in sa.get("floor", []) + sb.get("floor", [])):
@@ -541,8 +553,8 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
             inferred = [side for side, adm in (("query", admin_a), ("candidate", admin_b)) if name in adm["inferred"]]
             a, b = admin_a[name], admin_b[name]
             state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
-        elif name in conflicts:  # a floor against a room numbered by its floor: one side writes no floor
-            state, (a, b) = "differ", (a, b) if a and b else conflicts[name]
+        elif name in conflicts:  # the values compared: a room with its floor (12楼02), a floor against a room
+            state, (a, b) = "differ", conflicts[name]
         elif a and b:
             if name in NUMBERED and number_value(name, a) and number_value(name, b):
                 state = "agree"  # a number in common (ranges, several spans: number_conflicts)

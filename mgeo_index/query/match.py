@@ -67,8 +67,9 @@ def match_file(
 ) -> MatchResult:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
 
-    ``explain`` adds a JSON column {element: agree | differ | only_a | only_b}. ``grouped`` (default): the
-    consecutive rows sharing column ``a`` are a query's candidates, labelled together (:func:`score_sides`); a
+    ``explain`` adds a JSON column {element: {"state", "query", "candidate", "text"}} (state agree | differ |
+    only_a | only_b; the text as ``room differs: 1201室 vs 01``), the explanation the API and ``resolve --json``
+    give. ``grouped`` (default): the consecutive rows sharing column ``a`` are a query's candidates, labelled together (:func:`score_sides`); a
     chunk never splits such a run unless the run alone is longer than ``chunk_size``. ``numbers``: the number
     policy (:mod:`mgeo_index.model.numbers`, strict by default). The output goes through the one table writer
     (:class:`mgeo_index.tables.TableWriter`): cells that would start a spreadsheet formula are neutralised unless
@@ -133,9 +134,8 @@ def match_file(
                         row["label"] = label
                         result.label_counts[label] += 1
                         row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
-                        if explain:
-                            states = {k: e["state"] for k, e in explained[line].items()}
-                            row["explain"] = json.dumps(states, ensure_ascii=False)
+                        if explain:  # as the API and resolve --json give it: state, both values, the sentence
+                            row["explain"] = json.dumps(explained[line], ensure_ascii=False)
                     writer.writerow([row.get(c, "") for c in out_columns])
                 result.scored += len(valid)
                 if on_progress:
