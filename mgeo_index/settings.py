@@ -102,9 +102,23 @@ def check_numbers(mode: str | None) -> str:
     return mode
 
 
-def numbers(mode: str | None = None) -> str:
-    """The number policy (:mod:`mgeo_index.model.numbers`): ``--numbers`` > ``MGEO_INDEX_NUMBERS`` > strict."""
-    return check_numbers(mode or env("NUMBERS"))
+def numbers(mode: str | None = None, recorded: str | None = None) -> str:
+    """The number policy (:mod:`mgeo_index.model.numbers`): ``--numbers`` > ``MGEO_INDEX_NUMBERS`` > ``recorded``
+    (the index's, from ``build --numbers``) > strict: the precedence :func:`profile` follows too."""
+    return check_numbers(mode or env("NUMBERS") or recorded)
+
+
+def answer_settings(recorded_numbers: str | None, recorded_profile: str | None) -> dict[str, str]:
+    """What an index's answers are made with when no flag is given, and where each setting comes from, for people:
+    ``{"profile": "default (default)", "numbers": "loose (recorded at build)"}`` (the precedence of
+    :func:`numbers` and :func:`profile`: flag > environment > the index's > default)."""
+    out = {}
+    for name, recorded, value in (("profile", recorded_profile, lambda: profile(None, recorded_profile)[0]),
+                                  ("numbers", recorded_numbers, lambda: numbers(None, recorded_numbers))):
+        source = (f"MGEO_INDEX_{name.upper()}" if env(name.upper()) else "recorded at build" if recorded
+                  else "a CUDA device is present" if name == "profile" and value() == "accurate" else "default")
+        out[name] = f"{value()} ({source})"
+    return out
 
 
 def gpu_present() -> bool:

@@ -26,6 +26,7 @@ def index_dir(sample_index, tmp_path_factory):
     assert result.exit_code == 0, result.output
     assert re.search(r"entries in store\s*│\s*300", result.output)
     assert re.search(r"vectors in index\s*│\s*300", result.output)
+    assert re.search(r"profile\s*│\s*\w+ \(", result.output) and re.search(r"numbers\s*│\s*\w+ \(", result.output)
     return path
 
 
@@ -176,6 +177,25 @@ def test_every_command_has_help_with_an_example_and_is_documented(command):
     assert "Example:" in result.stdout
     readme = (settings.PACKAGE_DIR.parent / "README.md").read_text(encoding="utf-8")
     assert f"mgeo-index {' '.join(command)}" in readme
+
+
+def test_the_profile_and_number_policy_are_shown_wherever_answers_are(index_dir, monkeypatch):
+    """build's summary, check, resolve's table footer and --json say what answers are made with, and where each
+    setting comes from (flag > environment > the index's > default)."""
+    monkeypatch.delenv("MGEO_INDEX_NUMBERS", raising=False)
+    monkeypatch.delenv("MGEO_INDEX_PROFILE", raising=False)
+    facts = json.loads(run("check", "--index-dir", index_dir, "--json").stdout)["facts"]
+    assert facts["profile"] == "default (default)" and facts["numbers"] == "strict (default)"
+    monkeypatch.setenv("MGEO_INDEX_NUMBERS", "loose")
+    facts = json.loads(run("check", "--index-dir", index_dir, "--json").stdout)["facts"]
+    assert facts["numbers"] == "loose (MGEO_INDEX_NUMBERS)"
+    answer = json.loads(run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "-k", "1").stdout)
+    assert (answer["profile"], answer["numbers"]) == ("default", "loose")
+    answer = json.loads(run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "--json", "-k", "1",
+                            "--numbers", "strict").stdout)
+    assert answer["numbers"] == "strict"  # the flag before the environment
+    table = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "-k", "1").stdout
+    assert "profile default · numbers loose" in table
 
 
 def test_resolve_explain_in_json_and_table(index_dir):

@@ -264,7 +264,7 @@ def _cli(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def test_the_policy_is_recorded_with_the_index_and_a_command_or_the_environment_can_override_it(
+def test_the_policy_is_recorded_with_the_index_and_the_environment_or_a_flag_overrides_it(
         numbered_index, tmp_path, monkeypatch):
     import json
     import shutil
@@ -291,8 +291,9 @@ def test_the_policy_is_recorded_with_the_index_and_a_command_or_the_environment_
     resolver = open_resolver(index_dir, device="cpu")  # a rebuild without --numbers keeps the recorded one
     assert resolver.numbers == "loose"
     resolver.close()
-    monkeypatch.setenv("MGEO_INDEX_NUMBERS", "strict")  # the index's recorded policy comes before the environment
-    assert open_resolver(index_dir, device="cpu", rerank=False).numbers == "loose"
+    monkeypatch.setenv("MGEO_INDEX_NUMBERS", "strict")  # flag > environment > index, as for the profile
+    assert open_resolver(index_dir, device="cpu", rerank=False).numbers == "strict"
+    assert open_resolver(index_dir, device="cpu", rerank=False, numbers="loose").numbers == "loose"
     bad = _cli("resolve", query, "--index-dir", index_dir, "--numbers", "lenient")
     assert bad.exit_code != 0 and "strict, loose" in bad.output
 

@@ -56,6 +56,7 @@ class BuildResult:
     index_path: str = ""
     rejects_path: str | None = None
     engine: str = "local"  # the runner that parsed and embedded (mgeo_index.compute)
+    answers: dict[str, str] = field(default_factory=dict)  # the profile and number policy its answers use (settings.answer_settings)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -252,6 +253,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
                          id_column=reader.id_column, engine=runner.name,
+                         answers=settings.answer_settings(store.catalog_numbers(engine_, catalog),
+                                                          store.catalog_profile(engine_, catalog)),
                          columns_reason="" if not new_catalog or kind != "build" else
                          f"address: {reader.address_reason}; id: {reader.id_reason}")
     rejects_path = index_dir / REJECTS

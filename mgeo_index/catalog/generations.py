@@ -508,7 +508,8 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     report.facts.update({"generation": generation["id"]} | (
         {"index file": generation["index_file"]} if location is None else
         {"vector store": location.url, "collection": generation["index_file"]}
-    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"]})
+    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"]}
+      | settings.answer_settings(store.catalog_numbers(engine, report.catalog), store.catalog_profile(engine, report.catalog)))
     mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
     if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
         report.problems.append(f"{DESCRIPTOR} does not mirror the current generation {generation['id']} (it says {mirrored})")

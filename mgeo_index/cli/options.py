@@ -33,7 +33,7 @@ Profile = Annotated[str | None, typer.Option("--profile", help=(
 Numbers = Annotated[str | None, typer.Option("--numbers", help=(
     "strict: two addresses writing different road / house / building / floor / unit / room numbers are never "
     "exact_match; loose: the scorer alone, for catalogs whose numbers are unreliable (POI lists) "
-    "\\[env MGEO_INDEX_NUMBERS; default: strict]."))]
+    "\\[env MGEO_INDEX_NUMBERS; default: the index's (build --numbers), else strict]."))]
 RawValues = Annotated[bool, typer.Option("--raw-values", help=(
     "Write every cell as it is. By default a cell that would start a spreadsheet formula (=, +, -, @) is written "
     "with a leading ' so that a spreadsheet shows it as text."))]

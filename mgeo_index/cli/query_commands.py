@@ -72,6 +72,9 @@ def resolve(
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:
                 err.print(idx.resolver.profile_note, highlight=False)
+            # what the answers are made with: the footer of each table, two keys of each JSON line
+            made_with = {"profile": idx.resolver.profile, "numbers": idx.resolver.numbers} if not no_rerank else {}
+            footer = f"profile {idx.resolver.profile} · numbers {idx.resolver.numbers}" if made_with else None
             # a bar for inputs longer than one batch (on stderr, above which the answers print; none off a terminal)
             with progress() if len(items) > batch_size else contextlib.nullcontext() as bar:
                 task = bar.add_task("Resolving", total=len(items)) if bar is not None else None
@@ -84,9 +87,10 @@ def resolve(
                         query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
                         matches = [m.to_dict() for m in matches]
                         if as_json:
-                            print(json.dumps({"query": query, "matches": matches}, ensure_ascii=False), flush=False)
+                            print(json.dumps({"query": query, "matches": matches} | made_with, ensure_ascii=False),
+                                  flush=False)
                         else:
-                            console.print(matches_table(query, matches))
+                            console.print(matches_table(query, matches, footer))
                     if bar is not None:
                         bar.update(task, advance=len(batch))
         sys.stdout.flush()

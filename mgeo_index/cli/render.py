@@ -90,6 +90,7 @@ def build_table(result) -> Table:
         ("vectors added", result.vectors_added),
         ("entries parsed", result.entries_parsed),
         ("index", f"{result.index_factory} → {result.index_path}"),
+        *result.answers.items(),  # the profile and number policy of its answers, and where each comes from
         ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
     ), result.rejects_path)
 
@@ -156,10 +157,11 @@ def _explain_line(explain: dict) -> Text:
     return Text.from_markup(" ".join(f"{_STATE_MARK[e['state']]}{escape(name)}" for name, e in explain.items()))
 
 
-def matches_table(query: str, matches: list[dict]) -> Table:
+def matches_table(query: str, matches: list[dict], footer: str | None = None) -> Table:
     """A query's matches, best first. Only the address (and under it, with ``--explain``, the element comparison)
     wraps: ranks, ids, scores, labels and confidences are never broken, so the table reads at 80 columns.
-    ``confidence`` is the probability of the label shown (every class's probability: ``--json``)."""
+    ``confidence`` is the probability of the label shown (every class's probability: ``--json``). ``footer``: what
+    the answers were made with (the profile and number policy), under the table."""
     table = Table(title=Text(query), title_justify="left")  # Text: brackets in an address are not markup
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("id", justify="right", overflow="fold")
@@ -181,8 +183,8 @@ def matches_table(query: str, matches: list[dict]) -> Table:
             Text(label, style=colors.get(label, "")),
             f"{m['probability']:.3f}" if "probability" in m else "",
         )
-    if matches and "explain" in matches[0]:
-        table.caption = EXPLAIN_LEGEND
+    captions = [EXPLAIN_LEGEND] if matches and "explain" in matches[0] else []
+    table.caption = "\n".join(captions + ([footer] if footer else [])) or None
     return table
 
 
@@ -321,7 +323,8 @@ def normalize_table(result) -> Table:
     if result.resumed_from:
         rows.append(("resumed at row", f"{result.resumed_from:,}"))
     rows += [(status, f"{n:,}") for status, n in result.counts.items()]
-    rows += [("engine", result.engine), ("format", result.output_format),
+    rows += [("profile", result.profile), ("numbers", result.numbers), ("engine", result.engine),
+             ("format", result.output_format),
              ("seconds", f"{result.seconds:.1f}"), ("rows/s", f"{result.rows_per_second:,.0f}")]
     for name, value in rows:
         table.add_row(name, escape(str(value)), style="yellow" if name == "rejected" and result.counts["rejected"] else None)

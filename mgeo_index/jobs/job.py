@@ -52,7 +52,7 @@ from mgeo_index.jobs.policy import (
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
 RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
-                 "output_columns", "backend", "numbers", "raw_values")  # backends agree on labels, on probabilities to about 1e-3: not mixed
+                 "output_columns", "backend", "numbers", "raw_values", "profile")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
 # on_progress(rows_advanced, rows_total_estimate), after each chunk of this run (rows done by earlier
@@ -72,6 +72,8 @@ class JobResult:
     seconds: float = 0.0  # this run
     rows_per_second: float = 0.0  # records resolved by this run / its seconds
     already_complete: bool = False
+    profile: str = ""  # which bundled cross-encoder reranked (settings.profile)
+    numbers: str = ""  # the number policy (strict / loose)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
         problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
     old = job.get("params") or {}
     changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
-               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values"))]  # older jobs
+               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values", "profile"))]  # older jobs
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
@@ -249,7 +251,7 @@ def run_job(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
-        "backend": backend, "numbers": numbers, "raw_values": raw_values,
+        "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
     }
     writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values)
 
@@ -263,7 +265,7 @@ def run_job(
         if on_job:
             on_job(job)
         result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=runner.name,
-                           resumed_from=job["rows_done"])
+                           resumed_from=job["rows_done"], profile=profile, numbers=numbers)
         result.counts = {s: int(job[s]) for s in STATUSES}
         if job["status"] == "complete":  # finished earlier, only the clean-up was left
             result.rows, result.already_complete = job["rows_done"], True

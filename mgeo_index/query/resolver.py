@@ -351,9 +351,9 @@ def open_resolver(
 
 
 def index_numbers(engine, descriptor: dict, numbers: str | None = None) -> str:
-    """The number policy of an index's answers: ``numbers`` when given, else the one its catalog was built with,
-    else ``MGEO_INDEX_NUMBERS``, else strict."""
-    return settings.numbers(numbers or store.catalog_numbers(engine, descriptor["catalog"]))
+    """The number policy of an index's answers: ``numbers`` when given, else ``MGEO_INDEX_NUMBERS``, else the one
+    its catalog was built with, else strict (:func:`mgeo_index.settings.numbers`)."""
+    return settings.numbers(numbers, recorded=store.catalog_numbers(engine, descriptor["catalog"]))
 
 
 def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) -> Resolver:
