@@ -260,7 +260,7 @@ def _spans(parsed: dict) -> dict[str, str]:
 NUMBERED = ("roadno", "building", "unit", "floor", "room")
 # A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
 _STEMS = "甲乙丙丁戊己庚辛壬癸"
-_NUMBER_TOKENS = re.compile(rf"[0-9]+|[a-z]+|[{_STEMS}]")
+_NUMBER_TOKENS = re.compile(rf"[0-9]+|[a-z]|[{_STEMS}]")  # each letter alone: ab栋 is buildings a and b (a.b栋)
 # 4-6号, 21号-23号: numbers 4 to 6 (one plot, several numbers); normalization writes 4~6号 and 4至6号 so too.
 _RANGE = re.compile(r"^([0-9]+)(?:号|弄|栋|幢)?-([0-9]+)(?:号|弄|栋|幢)")
 _BASEMENT = re.compile(r"^b([0-9]+)")
@@ -279,9 +279,9 @@ def _normal_span(span: str) -> str:
 
 
 def number_value(name: str, span: str) -> tuple[str, ...]:
-    """The number an element span writes, as comparable tokens: digits without leading zeros, letters and the stems
-    甲 / 乙 … (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), 甲12号 → ('甲', '12'), 7-6-1046 → ('7', '6',
-    '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero (12f → ('12',),
+    """The number an element span writes, as comparable tokens: digits without leading zeros, each letter and the
+    stems 甲 / 乙 … (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), ab栋 → ('a', 'b'), 甲12号 → ('甲', '12'),
+    7-6-1046 → ('7', '6', '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero (12f → ('12',),
     b1层 → ('-1',)); a room written with its floor is the room numbered by its floor (4f-01 → ('401',)). Chinese and full-width numerals are digits already (:func:`~mgeo_index.text.normalize`).
     Empty when the span writes no number (东座)."""
     text = _normal_span(span)
@@ -353,8 +353,14 @@ def _floor_of_room(span: str) -> str | None:
     return (m[1].lstrip("0") or None) if m else None
 
 
+_FLOOR_MARK = re.compile(r"[0-9](?:层|楼|f)")
+
+
 def _one_floor(spans: dict[str, list[str]]) -> str | None:
-    """The side's floor when it writes one floor above ground as a number (12楼 → '12'), else None."""
+    """The side's floor when it writes one floor above ground as a number with its mark (12楼 → '12'; not a bare 14
+    the tagger read as a floor), else None."""
+    if not all(_FLOOR_MARK.search(_normal_span(f)) for f in spans.get("floor", ())):
+        return None
     values = {number_value("floor", f) for f in spans.get("floor", ())}
     if len(values) == 1 and len(value := next(iter(values))) == 1 and value[0].isdigit():
         return value[0]
