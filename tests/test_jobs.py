@@ -80,7 +80,7 @@ def _m(id_, exact, partial, label=None, prob=None):
             "probability": prob if prob is not None else probs[label], "probabilities": probs}
 
 
-def test_decide_matched_ambiguous_unmatched():
+def test_decide_matched_ambiguous_unmatched_and_the_status_never_contradicts_the_label():
     policy = Policy(min_probability=0.5, margin=0.1, top_k=3)
     matched = decide([_m(1, 0.9, 0.05), _m(2, 0.2, 0.1)], policy)
     assert (matched["status"], matched["match_id"], matched["match_address"]) == ("matched", "P1", "addr 1")
@@ -90,8 +90,8 @@ def test_decide_matched_ambiguous_unmatched():
     assert ambiguous["status"] == "ambiguous" and ambiguous["match_id"] == "P1"
     assert decide([_m(1, 0.8, 0.1), _m(2, 0.75, 0.1)], Policy(margin=0.0))["status"] == "matched"
     assert decide([_m(1, 0.05, 0.05)], policy)["status"] == "unmatched"  # best label not_match
-    low = decide([_m(1, 0.45, 0.2)], policy)  # exact_match at 0.45 < min_probability
-    assert (low["status"], low["match_id"], low["label"]) == ("unmatched", "", "exact_match")
+    low = decide([_m(1, 0.45, 0.2)], policy)  # exact_match at 0.45 < min_probability: a match, but unsure
+    assert (low["status"], low["match_id"], low["label"]) == ("ambiguous", "P1", "exact_match")
     assert decide([], policy)["status"] == "unmatched"
     assert len(json.loads(decide([_m(i, 0.9, 0.0) for i in range(5)], policy)["alternatives"])) == 3
 

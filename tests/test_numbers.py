@@ -4,6 +4,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
 
 from mgeo_index import settings
 from mgeo_index.query.features import EXPLAIN_ORDER, compare_parsed, explain, number_conflicts, numbers_agree
@@ -143,6 +145,34 @@ def test_policy_takes_exact_match_off_conflicting_rows_only_and_keeps_probabilit
         numbers.check_mode("lenient")
 
 
+@given(hnp.arrays(np.float64, (6, 3), elements=st.floats(0.001, 1.0)), hnp.arrays(bool, 6),
+       st.lists(st.floats(-2.0, 2.0), min_size=3, max_size=3))
+def test_the_label_is_always_the_most_probable_class_shown(raw, conflicts, offsets):
+    """Whatever the probabilities, offsets and conflicts: the shown probabilities sum to 1, the label is their
+    argmax (no other class exceeds it), and a conflicting row shows the policy's P(exact_match), never as label."""
+    from mgeo_index.model.decision import decide
+
+    cross = _Cross()
+    cross.decision_offsets = offsets
+    probs = raw / raw.sum(axis=1, keepdims=True)
+    calibrated, shown, labels = numbers.answer(cross, probs, decide(probs, offsets), conflicts, "strict")
+    assert np.allclose(shown.sum(axis=1), 1.0)
+    rows = np.arange(len(shown))
+    assert (shown[rows, labels] >= shown.max(axis=1) - 1e-12).all()
+    exact = cross.labels.index("exact_match")
+    assert (labels[conflicts] != exact).all() and np.allclose(shown[conflicts, exact], 0.04)
+    assert np.array_equal(calibrated[~conflicts], probs[~conflicts])  # ranking reads the calibrated ones
+
+
+def test_shown_probabilities_fold_the_offsets_in():
+    from mgeo_index.model.decision import shown
+
+    probs = np.array([[0.3, 0.25, 0.45]])  # exact 0.3 < not 0.45, yet exact_match with an offset of 0.5
+    out = shown(probs, [0.5, -0.3, 0.0], exact=0)
+    expected = probs * np.exp([0.5, -0.3, 0.0])
+    assert np.allclose(out, expected / expected.sum()) and out.argmax() == 0
+
+
 def test_the_shipped_model_calls_a_changed_number_another_place_unless_loose(shipped):
     a, b = [model_text("盐田区盐田街道北山道247号"), model_text("深圳市龙岗区嘉州美都194栋")], \
         [model_text("盐田区盐田街道北山道274号"), model_text("嘉州美都914栋")]
@@ -229,13 +259,40 @@ def numbered_index(tmp_path_factory):
     root = tmp_path_factory.mktemp("numbers")
     catalog = root / "catalog.csv"
     rows = ["盐田区盐田街道北山道247号", "盐田区盐田街道北山道274号", "盐田区盐田街道北山道24号", "龙岗区嘉州美都194栋",
-            "龙岗区嘉州美都914栋", "南山区科技园中区科苑路15号", "南山区科技园中区科苑路51号"]
+            "龙岗区嘉州美都914栋", "南山区科技园中区科苑路15号", "南山区科技园中区科苑路51号", "福田区特区报业大厦1层",
+            "福田区特区报业大厦B1层"]
     with open(catalog, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["id", "address"])
         writer.writerows((f"E{i}", address) for i, address in enumerate(rows))
     build(catalog, root / "idx", id_column="id", device="cpu")
     return root / "idx", rows
+
+
+def test_entries_that_conflict_with_each_other_are_never_both_exact_match(numbered_index):
+    """A query naming neither floor: 1层 and B1层 cannot both be the place. Each answer's exact mass is shared, the
+    label stays the most probable class shown."""
+    from mgeo_index.query.resolver import open_resolver
+
+    resolver = open_resolver(numbered_index[0], device="cpu")
+    try:
+        matches, = resolver.resolve(["福田区特区报业大厦"], top_k=4)
+        alone, = resolver.resolve(["福田区特区报业大厦"], top_k=4, numbers="loose")
+    finally:
+        resolver.close()
+    towers = [m for m in matches if "报业大厦" in m["address"]]
+    assert len(towers) == 2 and sum(m["label"] == "exact_match" for m in towers) <= 1
+    for m in matches:
+        assert m["probability"] == max(m["probabilities"].values()) and abs(sum(m["probabilities"].values()) - 1) < 1e-5
+    assert sum(m["label"] == "exact_match" for m in alone if "报业大厦" in m["address"]) == 2  # the scorer alone: both
+
+
+def test_exclusive_shares_the_exact_mass_of_rivals():
+    shown = np.array([[0.9, 0.05, 0.05], [0.8, 0.1, 0.1], [0.7, 0.2, 0.1]])
+    out, labels = numbers.exclusive(shown, [[1], [0], []], LABELS)
+    assert out[0, 0] == pytest.approx(0.9 * 0.9 / 1.7) and out[1, 0] == pytest.approx(0.8 * 0.8 / 1.7)
+    assert np.allclose(out.sum(axis=1), 1.0) and np.array_equal(out[2], shown[2])
+    assert labels.tolist() == [LABELS.index("exact_match"), LABELS.index("partial_match"), LABELS.index("exact_match")]
 
 
 def test_each_number_resolves_to_its_own_entry_and_the_others_rank_below(numbered_index):

@@ -1,9 +1,11 @@
 """What a normalize job decides for each row, and the options it decides with.
 
 Decisions (see README): the best candidate (``resolve``'s first match) is *matched* when its label is
-not ``not_match`` and its probability is at least ``min_probability``; *ambiguous* when it would be
-matched but the runner-up's relevance (P(exact) + ½·P(partial)) is within ``margin`` of the best's, or
-above it; else *unmatched*. Rows that fail validation are *rejected* with the reason.
+not ``not_match`` and its probability is at least ``min_probability``; *ambiguous* when its label is not
+``not_match`` but its probability is under ``min_probability``, or the runner-up's relevance (P(exact) +
+½·P(partial)) is within ``margin`` of the best's, or above it; *unmatched* when it is labelled ``not_match``
+(or there is no candidate). So the status never contradicts the label: matched and ambiguous rows are labelled
+a match, unmatched rows not. Rows that fail validation are *rejected* with the reason.
 
 The ``DEFAULT_*`` constants are the options' defaults for the Python API and the CLI alike.
 """
@@ -86,10 +88,12 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     best = matches[0]
     out["label"] = best.get("label", "")
     out["probability"] = best.get("probability")
-    if best.get("label") == "not_match" or (best.get("probability") or 0.0) < policy.min_probability:
+    if best.get("label") == "not_match":
         return out
+    unsure = (best.get("probability") or 0.0) < policy.min_probability
     close = len(matches) > 1 and relevance(best) - relevance(matches[1]) < policy.margin
-    out.update(status="ambiguous" if close else "matched", match_id=_public_id(best), match_address=best["address"])
+    out.update(status="ambiguous" if unsure or close else "matched", match_id=_public_id(best),
+               match_address=best["address"])
     return out
 
 

@@ -21,6 +21,30 @@ def decide(probs: np.ndarray, offsets: Sequence[float]) -> np.ndarray:
     return np.argmax(np.log(np.clip(probs, 1e-12, 1.0)) + np.asarray(offsets), axis=1)
 
 
+def shown(probs: np.ndarray, offsets: Sequence[float] | None, exact: int, kept: np.ndarray | None = None) -> np.ndarray:
+    """The probabilities an answer shows: the calibrated ``probs`` with the decision ``offsets`` folded in,
+    softmax(log P + offsets), so that the label (:func:`decide`: the argmax of the same sum) is always the most
+    probable class shown, and no other class's probability exceeds the label's. The offsets weigh the classes as
+    the decision does (``exact_match`` up: it is the rare class macro-F1 asks to find), so the shown probabilities
+    are calibrated under that weighting, not under the data's own mix; the calibration error of what is shown is
+    measured in docs/benchmarks.md. ``kept`` rows (the number policy's conflicts) keep their P(exact_match) — the
+    fitted share of exact_match among conflicting pairs, never the label — and share the rest by the same
+    weighting. Float64 (n, 3), rows summing to 1."""
+    probs = np.asarray(probs, dtype=np.float64)
+    if offsets is None or not len(probs):
+        return probs
+    weighted = np.clip(probs, 1e-12, 1.0) * np.exp(np.asarray(offsets, dtype=np.float64))
+    out = weighted / weighted.sum(axis=1, keepdims=True)
+    if kept is not None and np.any(kept):
+        rows = np.flatnonzero(kept)
+        rest = weighted[rows].copy()
+        rest[:, exact] = 0.0
+        share = np.minimum(probs[rows, exact], 0.25)  # below any label's share of the rest
+        out[rows] = rest / rest.sum(axis=1, keepdims=True) * (1.0 - share)[:, None]
+        out[rows, exact] = share
+    return out
+
+
 class Scoring:
     """The label logic of a cross-encoder with ``labels``, ``stack``, ``gate``, ``decision_offsets`` and a feature
     head; float32 arrays in and out. Subclasses define ``head_logits(features) -> (B, 3)`` and

@@ -57,10 +57,11 @@ def conflict_probabilities(probs: np.ndarray, labels: Sequence[str], fitted: dic
     return out
 
 
-def apply(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray, mode: str | None
-          ) -> tuple[np.ndarray, np.ndarray]:
+def apply(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray, mode: str | None,
+          offsets=None) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, label indices) with the policy applied to the ``conflicts`` rows (``mode`` strict); the
-    other rows, and every row under loose, unchanged. The inputs are not modified."""
+    other rows, and every row under loose, unchanged. ``offsets``: the decision offsets of the head that decided
+    (default the cross-encoder's). The inputs are not modified."""
     conflicts = np.asarray(conflicts, dtype=bool)
     if check_mode(mode) == "loose" or not conflicts.any():
         return probs, decided
@@ -68,7 +69,45 @@ def apply(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray, 
     rows = np.flatnonzero(conflicts)
     adjusted = conflict_probabilities(probs[rows], cross.labels, getattr(cross, "number_policy", None))
     probs[rows] = adjusted
-    logp = np.log(np.clip(adjusted, 1e-12, 1.0)) + np.asarray(cross.decision_offsets or [0.0] * len(cross.labels))
+    offsets = offsets if offsets is not None else cross.decision_offsets or [0.0] * len(cross.labels)
+    logp = np.log(np.clip(adjusted, 1e-12, 1.0)) + np.asarray(offsets)
     logp[:, cross.labels.index("exact_match")] = -np.inf  # never the same place
     decided[rows] = np.argmax(logp, axis=1)
     return probs, decided
+
+
+def answer(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray | None, mode: str | None,
+           offsets=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The label chain's end, one for ``match``, the API and ``resolve``: (calibrated probabilities with the policy
+    applied — what ranking and fitting read —, the probabilities shown, labels). ``decided``: the labels of the
+    head that scored (``offsets``: its decision offsets, default the cross-encoder's); ``conflicts``: the pairs
+    whose numbers conflict (None: not read, as under loose). The label is the most probable class shown
+    (:func:`mgeo_index.model.decision.shown`)."""
+    from mgeo_index.model.decision import shown
+
+    offsets = offsets if offsets is not None else cross.decision_offsets
+    strict = conflicts is not None and check_mode(mode) == "strict"
+    if strict:
+        probs, decided = apply(cross, probs, decided, conflicts, mode, offsets)
+    exact = cross.labels.index("exact_match")
+    return probs, shown(probs, offsets, exact, np.asarray(conflicts, dtype=bool) if strict else None), decided
+
+
+def exclusive(shown: np.ndarray, rivals: Sequence[Sequence[int]], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One answer's entries that conflict with each other cannot each be the place (1层 and B1层 of one tower, for a
+    query that names neither): (probabilities, label indices) where each row's P(exact_match) is its share of the
+    exact mass it competes for, p_i · p_i / (p_i + Σ p_j over its ``rivals``), what it gives up going to
+    partial_match (the entries are related: one building, another floor), and the label the most probable class
+    (a tie goes to partial_match). Rows without rivals keep theirs. ``shown``: the answer's shown probabilities,
+    rows in ``labels`` order."""
+    shown = np.array(shown, dtype=np.float64)
+    exact, partial = labels.index("exact_match"), labels.index("partial_match")
+    before = shown[:, exact].copy()
+    for i, others in enumerate(rivals):
+        if len(others):
+            kept = before[i] * before[i] / (before[i] + before[list(others)].sum())
+            shown[i, partial] += before[i] - kept
+            shown[i, exact] = kept
+    order = np.zeros(len(labels))
+    order[partial] = 1e-12  # ties to partial_match
+    return shown, np.argmax(shown + order, axis=1)

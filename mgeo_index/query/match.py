@@ -21,27 +21,52 @@ PAIR_COLUMNS = ("a", "b")
 
 
 def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str | None = None, explain: bool = False,
-                grouped: bool = False, numbers: str | None = None):
+                grouped: bool = False, numbers: str | None = None, calibrated: bool = False):
     """(probabilities, decided label indices, per pair :func:`features.explain_parsed` or None) for pairs
     of :func:`mgeo_index.text.model_text` texts. Both sides are parsed once, in one batch, for the stacked scorer's features
     and for the explanations alike, so an explanation describes the text that was scored. ``grouped``: the
     consecutive pairs sharing their first side are a query's candidates, judged together by the model's group
     head (:mod:`mgeo_index.model.group_head`; without one, each pair alone). ``numbers``: the number policy
-    (:mod:`mgeo_index.model.numbers`; strict by default)."""
+    (:mod:`mgeo_index.model.numbers`; strict by default). The probabilities are those an answer shows (the label
+    the most probable: :func:`mgeo_index.model.numbers.answer`); ``calibrated``: the calibrated ones instead, with
+    the policy applied, for fitting."""
     n = len(a)
     stacked = cross.feature_head is not None
     strict = number_policy.check_mode(numbers) == "strict"
     parsed = features.parse_distinct(a + b) if n and (explain or stacked or strict) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
+    offsets = None  # the deciding head's: the cross-encoder's, or the group head's
     if grouped and cross.group_head is not None:
         probs, decided = group_head.score_groups(cross, a, b, features=pair_features, device=device)
+        offsets = cross.group_head.decision_offsets
     else:
         probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
         decided = cross.decide(probs)
-    if strict and n:
-        probs, decided = number_policy.apply(cross, probs, decided, number_policy.conflicting(parsed[:n], parsed[n:]), numbers)
+    conflicts = number_policy.conflicting(parsed[:n], parsed[n:]) if strict and n else None
+    probs, shown, decided = number_policy.answer(cross, probs, decided, conflicts, numbers, offsets)
+    if grouped and strict and n and not calibrated:
+        shown, decided = _exclusive_runs(cross, a, parsed[n:], shown, decided)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
-    return probs, decided, explained
+    return (probs if calibrated else shown), decided, explained
+
+
+def _exclusive_runs(cross, a: list[str], parsed_b: list[dict], shown, decided):
+    """Within each run of one query's candidates, the entries labelled exact_match that conflict with each other
+    share that mass (:func:`mgeo_index.model.numbers.exclusive`), as in a ``resolve`` answer."""
+    exact = cross.labels.index("exact_match")
+    start = 0
+    while start < len(a):
+        stop = start
+        while stop < len(a) and a[stop] == a[start]:
+            stop += 1
+        same = [i for i in range(start, stop) if decided[i] == exact]
+        if len(same) > 1:
+            rivals = [[j - start for j in same if j != i and features.number_conflicts(parsed_b[i], parsed_b[j])]
+                      if i in same else [] for i in range(start, stop)]
+            if any(rivals):
+                shown[start:stop], decided[start:stop] = number_policy.exclusive(shown[start:stop], rivals, cross.labels)
+        start = stop
+    return shown, decided
 
 
 @dataclass

@@ -299,21 +299,31 @@ class Resolver:
                 pair_features = pair_features[kept]
         probs = inference.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
         decided = cross.decide(probs)
+        conflicts = None
         if numbers == "strict":  # conflicting numbers: not exact_match, ranked by the policy's low P(exact_match)
             conflicts = number_policy.conflicting(
                 [query for (query, _), matches in zip(parsed, results) for _ in matches],
                 [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches])
-            probs, decided = number_policy.apply(cross, probs, decided, conflicts, numbers)
+        # ranked by the calibrated probabilities; shown with the label the most probable (number_policy.answer)
+        probs, shown, decided = number_policy.answer(cross, probs, decided, conflicts, numbers)
         row = 0
-        for matches in results:
-            for m in matches:
-                p = probs[row]
-                best = int(decided[row])
+        for matches, (_, candidates) in zip(results, parsed):
+            rows = range(row, row + len(matches))
+            answer_shown, answer_labels = shown[rows.start:rows.stop], decided[rows.start:rows.stop]
+            if numbers == "strict":  # entries labelled exact_match that conflict with each other share that mass
+                same = [i for i, r in enumerate(rows) if decided[r] == exact]
+                rivals = [[j for j in same if j != i and features.number_conflicts(
+                    candidates[matches[i]["id"]], candidates[matches[j]["id"]])] if i in same else []
+                    for i in range(len(matches))]
+                if any(rivals):
+                    answer_shown, answer_labels = number_policy.exclusive(answer_shown, rivals, labels)
+            for m, r, q, best in zip(matches, rows, answer_shown, answer_labels):
+                p, best = probs[r], int(best)
                 m["label"] = labels[best]
-                m["probability"] = round(float(p[best]), 6)
-                m["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, p)}
+                m["probability"] = round(float(q[best]), 6)
+                m["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, q)}
                 m["_rank"] = float(p[exact] + PARTIAL_WEIGHT * p[partial] + RETRIEVAL_WEIGHT * m["_fused"])
-                row += 1
+            row = rows.stop
             matches.sort(key=lambda m: (-m["_rank"], -(m["score"] or 0.0)))
             for m in matches:
                 m.pop("_rank")

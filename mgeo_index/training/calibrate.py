@@ -269,7 +269,7 @@ def fit_number_policy(cross: CrossEncoder, examples: list[tuple[str, str, int]])
         cross.number_policy = None
         return {"conflicting_pairs": int(len(rows)), "policy": None}
     gold = np.array([cross.labels.index(LABELS[examples[i][2]]) for i in rows])
-    probs, _, _ = score_sides(cross, [a[i] for i in rows], [b[i] for i in rows], numbers="loose")
+    probs, _, _ = score_sides(cross, [a[i] for i in rows], [b[i] for i in rows], numbers="loose", calibrated=True)
     partial, other = cross.labels.index("partial_match"), cross.labels.index("not_match")
     two = np.isin(gold, (partial, other))
     log_odds = torch.tensor(np.log(np.clip(probs[two, partial], 1e-12, None)) - np.log(np.clip(probs[two, other], 1e-12, None)))
