@@ -25,7 +25,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from mgeo_index import settings  # noqa: E402
 from mgeo_index.catalog import build as build_mod
-from mgeo_index.runtime import inference
+from mgeo_index.query.match import score_sides
 from mgeo_index.cli import app as cli_app  # noqa: E402
 from mgeo_index.query.resolver import open_resolver  # noqa: E402
 from mgeo_index.service import loader  # noqa: E402
@@ -125,12 +125,13 @@ def test_match_labels_pairs_like_the_engine(client, built_index):
     assert r.status_code == 200
     results = r.json()["results"]
     resolver = open_resolver(built_index)
-    expected = inference.score_pairs(resolver.cross, [normalize(p["a"]) for p in pairs], [normalize(p["b"]) for p in pairs])
-    for pair, result, p in zip(pairs, results, expected):
+    expected, decided, _ = score_sides(resolver.cross, [normalize(p["a"]) for p in pairs], [normalize(p["b"]) for p in pairs])
+    for pair, result, p, d in zip(pairs, results, expected, decided):
         assert (result["a"], result["b"]) == (pair["a"], pair["b"])
         probs = [result["probabilities"][label] for label in resolver.cross.labels]
         assert probs == pytest.approx(p.tolist(), abs=1e-5)
-        assert result["label"] == resolver.cross.labels[int(resolver.cross.decide(p)[0])]  # as `mgeo-index match` labels it
+        assert result["label"] == resolver.cross.labels[int(d)]  # as `mgeo-index match --pairwise` labels it
+        assert result["probability"] == max(probs)
     assert results[0]["probabilities"]["exact_match"] > results[1]["probabilities"]["exact_match"]
 
 
@@ -218,7 +219,8 @@ def test_reload_swaps_the_index_while_serving_and_empties_the_cache(own_index, t
         new_version = loader.index_version(own_index, state.loaded)
         assert new_version != old["version"]
         # an answer another server already computed on the new build (a shared cache) survives the reload
-        asyncio.run(state.cache.set_many({cache_key(new_version, normalize("预先算好"), (2, True, False, "hybrid")): []}))
+        shared_key = cache_key(f"{new_version}:{loader.ANSWER_FORM}", normalize("预先算好"), (2, True, False, "hybrid"))
+        asyncio.run(state.cache.set_many({shared_key: []}))
         with ThreadPoolExecutor(4) as pool:  # requests keep coming while the new index loads
             during = [pool.submit(c.post, "/v1/resolve", json={"query": f"{Q2}{i}号", "top_k": 2}) for i in range(6)]
             reload = c.post("/v1/admin/reload").json()

@@ -199,7 +199,8 @@ def create_app(config: ServeConfig) -> FastAPI:
             if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
                 await state.cache.set_many(fresh)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
-        objects = [{"query": printable(q), "matches": m} for q, m in zip(queries, answers)]
+        made_with = {"profile": loaded.resolver.profile, "numbers": loaded.resolver.numbers} if body.rerank else {}
+        objects = [{"query": printable(q), "matches": m} | made_with for q, m in zip(queries, answers)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})
 
     @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")

@@ -42,6 +42,11 @@ def descriptor_version(descriptor: dict) -> str:
     return f"{descriptor.get('build_id')}:{descriptor.get('index_file')}"
 
 
+# The form of a cached answer: raised whenever the same index and models answer otherwise (here: the shown
+# probabilities fold in the decision offsets, and numbers are read as people write them).
+ANSWER_FORM = "a2"
+
+
 @dataclass
 class Loaded:
     resolver: Resolver
@@ -49,10 +54,12 @@ class Loaded:
 
     @property
     def cache_version(self) -> str:
-        """What cached answers are keyed by: the generation, and the number policy when it is not the default
-        (servers sharing a cache with another policy keep apart)."""
-        numbers = self.resolver.numbers
-        return self.version if numbers == number_policy.DEFAULT else f"{self.version}:numbers={numbers}"
+        """What cached answers are keyed by: the generation, the form of an answer (:data:`ANSWER_FORM`: a shared
+        cache outlives an upgrade that answers otherwise), and the number policy and profile when they are not the
+        defaults (servers sharing a cache with another policy or cross-encoder keep apart)."""
+        numbers, profile = self.resolver.numbers, getattr(self.resolver, "profile", None) or "default"
+        return (f"{self.version}:{ANSWER_FORM}" + ("" if numbers == number_policy.DEFAULT else f":numbers={numbers}")
+                + ("" if profile == "default" else f":profile={profile}"))
 
     @property
     def build_id(self) -> str:
