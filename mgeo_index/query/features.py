@@ -263,8 +263,8 @@ _STEMS = "甲乙丙丁戊己庚辛壬癸"
 _NUMBER_TOKENS = re.compile(rf"[0-9]+|[a-z]|[{_STEMS}]")  # each letter alone: ab栋 is buildings a and b (a.b栋)
 # 4-6号, 21号-23号: numbers 4 to 6 (one plot, several numbers); normalization writes 4~6号 and 4至6号 so too.
 _RANGE = re.compile(r"^([0-9]+)(?:号|弄|栋|幢)?-([0-9]+)(?:号|弄|栋|幢)")
-_BASEMENT = re.compile(r"^b([0-9]+)")
-_DIGIT_RUN = re.compile(r"[0-9]+")  # b1层: normalization writes 负一层, 地下一层 and -1层 so
+_BASEMENT = re.compile(r"^b([0-9]+)")  # b1层: normalization writes 负一层, 地下一层 and -1层 so
+_DIGIT_RUN = re.compile(r"[0-9]+")
 # A room numbered by its floor: 1202室 is on floor 12 (3 or 4 digits, the last two the room on its floor).
 _FLOOR_ROOM = re.compile(r"^([0-9]{1,2})([0-9]{2})(?:室|房|户)?$")
 _SHORT_ROOM = re.compile(r"^([0-9]{1,2})(?:室|房|户)?$")
@@ -281,9 +281,10 @@ def _normal_span(span: str) -> str:
 def number_value(name: str, span: str) -> tuple[str, ...]:
     """The number an element span writes, as comparable tokens: digits without leading zeros, each letter and the
     stems 甲 / 乙 … (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), ab栋 → ('a', 'b'), 甲12号 → ('甲', '12'),
-    7-6-1046 → ('7', '6', '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero (12f → ('12',),
-    b1层 → ('-1',)); a room written with its floor is the room numbered by its floor (4f-01 → ('401',)). Chinese and full-width numerals are digits already (:func:`~mgeo_index.text.normalize`).
-    Empty when the span writes no number (东座)."""
+    7-6-1046 → ('7', '6', '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero
+    (12f → ('12',), b1层 → ('-1',)); a room written with its floor is the room numbered by its floor (4f-01 →
+    ('401',)). Chinese and full-width numerals are digits already (:func:`~mgeo_index.text.normalize`). Empty when
+    the span writes no number (东座)."""
     text = _normal_span(span)
     if name == "room" and (door := _ROOM_ON_FLOOR.match(text)):
         return (door[1].lstrip("0") + door[2].zfill(2),)
@@ -512,13 +513,15 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
             continue  # a number of another road (or of a road one side does not name): not comparable
         if any(_normal_span(t) in spans_b for t in sa[name]) or any(_normal_span(t) in spans_a for t in sb[name]):
             continue  # the other side writes this very span, read as another element (75号 a road number, a building)
-        shown = [side.get("floor", []) + side[name] if name == "room" and composed else side[name]
-                 for side, composed in ((sa, rooms["room"][0] is not sa.get("room")), (sb, rooms["room"][1] is not sb.get("room")))]
+        composed = (rooms["room"][0] is not sa.get("room"), rooms["room"][1] is not sb.get("room"))
+        shown = [side.get("floor", []) + side[name] if name == "room" and read_with_floor else side[name]
+                 for side, read_with_floor in zip((sa, sb), composed)]
         out[name] = ("".join(shown[0]), "".join(shown[1]))  # a room read with its floor is shown with it: 12楼02
     if "floor" not in out and "room" not in out and (floor := _floor_against_room(qa, qb, sa, sb)):
         out["floor"] = floor
-    if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") \
-            and _door_digits(sa) == _door_digits(sb) and not any(_normal_span(f).startswith("b") for f in sa.get("floor", []) + sb.get("floor", [])):
+    basement = any(_normal_span(f).startswith("b") for f in sa.get("floor", []) + sb.get("floor", []))
+    if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") and not basement \
+            and _door_digits(sa) == _door_digits(sb):
         out.pop("floor", None), out.pop("room", None)  # one door, split otherwise: 18 + 2 / 1层 + 82室
     for name, pattern, unit in (("lane", _LANE, "支弄"), ("group", _GROUP, "组")):
         found_a, found_b = _runs(pattern, qa["text"]), _runs(pattern, qb["text"])
