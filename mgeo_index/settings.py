@@ -113,11 +113,11 @@ def answer_settings(recorded_numbers: str | None, recorded_profile: str | None) 
     ``{"profile": "default (default)", "numbers": "loose (recorded at build)"}`` (the precedence of
     :func:`numbers` and :func:`profile`: flag > environment > the index's > default)."""
     out = {}
-    for name, recorded, value in (("profile", recorded_profile, lambda: profile(None, recorded_profile)[0]),
-                                  ("numbers", recorded_numbers, lambda: numbers(None, recorded_numbers))):
+    for name, recorded, value in (("profile", recorded_profile, profile(None, recorded_profile)[0]),
+                                  ("numbers", recorded_numbers, numbers(None, recorded_numbers))):
         source = (f"MGEO_INDEX_{name.upper()}" if env(name.upper()) else "recorded at build" if recorded
-                  else "a CUDA device is present" if name == "profile" and value() == "accurate" else "default")
-        out[name] = f"{value()} ({source})"
+                  else "a CUDA device is present" if name == "profile" and value == "accurate" else "default")
+        out[name] = f"{value} ({source})"
     return out
 
 

@@ -77,12 +77,6 @@ def _other_number(digits: str, rng: random.Random) -> str:
     return str(int(digits) + 1)
 
 
-def _two(rng: random.Random, low: int, high: int) -> tuple[int, int]:
-    """Two different numbers in [low, high]."""
-    first, second = rng.sample(range(low, high + 1), 2)
-    return first, second
-
-
 def _span(spans, text: str, label: str, pattern: re.Pattern, rng: random.Random):
     """A random span of ``label`` whose whole text ``pattern`` matches: (start, end, match), or None."""
     found = [(s, e, m) for lab, s, e in spans if lab == label and (m := pattern.fullmatch(text[s:e]))]
@@ -154,7 +148,7 @@ def _writings(text: str, spans, rng: random.Random) -> dict[str, list[tuple[str,
     village = next(((s, e) for lab, s, e in spans if lab == "community" and _VILLAGE.fullmatch(text[s:e])), None)
     if village and "组" not in text:  # a group inserted after the village (not beside one it has)
         _, e = village
-        one, other = _two(rng, 1, 12)
+        one, other = rng.sample(range(1, 13), 2)
         group = rng.choice(("{}组", "第{}村民小组"))
         put("changed", "group_numerals", e, e, group.format(int_to_chinese(one)), group.format(int_to_chinese(other)))
         put("controls", "group_numerals_same", e, e, group.format(int_to_chinese(one)), group.format(one))
@@ -170,7 +164,7 @@ def number_pairs(examples: list[tuple[str, list[tuple[str, int, int]]]], seed: i
     ``no_province_city``, ``chinese_numerals`` (a number in Chinese numerals), ``full_width`` — come first, one way
     round; then the writings. Only addresses that write a number, none masked (``#``), give pairs: at most one of
     each kind; the draws are seeded by the text."""
-    changed, controls, holds = [], [], []
+    changed, controls = [], []
     for text, spans in examples:
         rng = random.Random(f"{seed}:{text}")
         numbered = [(label, s, e) for label, s, e in spans if label in NUMBERED_LABELS and _DIGITS.search(text[s:e])]

@@ -27,7 +27,7 @@ def shown(probs: np.ndarray, offsets: Sequence[float] | None, exact: int, kept: 
     probable class shown, and no other class's probability exceeds the label's. The offsets weigh the classes as
     the decision does (``exact_match`` up: it is the rare class macro-F1 asks to find), so the shown probabilities
     are calibrated under that weighting, not under the data's own mix; the calibration error of what is shown is
-    measured in docs/benchmarks.md. ``kept`` rows (the number policy's conflicts) keep their P(exact_match) — the
+    measured in docs/models.md. ``kept`` rows (the number policy's conflicts) keep their P(exact_match) — the
     fitted share of exact_match among conflicting pairs, never the label — and share the rest by the same
     weighting. Float64 (n, 3), rows summing to 1."""
     probs = np.asarray(probs, dtype=np.float64)

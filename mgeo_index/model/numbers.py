@@ -93,6 +93,22 @@ def answer(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray 
     return probs, shown(probs, offsets, exact, np.asarray(conflicts, dtype=bool) if strict else None), decided
 
 
+def share_exact(shown: np.ndarray, decided: np.ndarray, candidates: Sequence[dict], labels: Sequence[str]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """One answer's (probabilities, labels) with :func:`exclusive` applied to its entries labelled exact_match whose
+    numbers conflict with each other (``candidates``: the entries' parses, in the answer's order); unchanged when
+    none do."""
+    from mgeo_index.query.features import number_conflicts
+
+    exact = labels.index("exact_match")
+    same = [i for i, d in enumerate(decided) if d == exact]
+    if len(same) < 2:
+        return shown, decided
+    rivals = [[j for j in same if j != i and number_conflicts(candidates[i], candidates[j])] if i in same else []
+              for i in range(len(candidates))]
+    return exclusive(shown, rivals, labels) if any(rivals) else (shown, decided)
+
+
 def exclusive(shown: np.ndarray, rivals: Sequence[Sequence[int]], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """One answer's entries that conflict with each other cannot each be the place (1层 and B1层 of one tower, for a
     query that names neither): (probabilities, label indices) where each row's P(exact_match) is its share of the

@@ -381,14 +381,17 @@ def _rooms_as_doors(mine: dict[str, list[str]], theirs: dict[str, list[str]]) ->
     return [f"{floor}{m[1].zfill(2)}" for m in rooms]
 
 
+# Two numbers joined by a range or list mark (830-831, 3、5), overlapping runs included (1-2-3: 1-2 and 2-3).
+_JOINED = re.compile(r"(?<![0-9])([0-9]+)[-、](?=([0-9]+)(?![0-9]))")
+
+
 def _in_range(text: str, span: str) -> bool:
     """Whether ``span``'s number is one end of a range or list in ``text`` (830-831仓库: 831 is no room of floor 8)."""
     number = _DIGIT_RUN.search(span)
     if number is None:
         return False
-    n, at = int(number[0]), re.escape(number[0])
-    return any(int(m[1]) < n <= int(m[1]) + 50 for m in re.finditer(rf"(?<![0-9])([0-9]+)[-、]{at}(?![0-9])", text)) \
-        or any(n < int(m[1]) <= n + 50 for m in re.finditer(rf"(?<![0-9]){at}[-、]([0-9]+)(?![0-9])", text))
+    n = number[0]
+    return any(int(low) < int(high) <= int(low) + 50 and n in (low, high) for low, high in _JOINED.findall(text))
 
 
 def _floor_against_room(qa: dict, qb: dict, sa: dict[str, list[str]], sb: dict[str, list[str]]) -> tuple[str, str] | None:

@@ -52,19 +52,14 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
 
 def _exclusive_runs(cross, a: list[str], parsed_b: list[dict], shown, decided):
     """Within each run of one query's candidates, the entries labelled exact_match that conflict with each other
-    share that mass (:func:`mgeo_index.model.numbers.exclusive`), as in a ``resolve`` answer."""
-    exact = cross.labels.index("exact_match")
+    share that mass (:func:`mgeo_index.model.numbers.share_exact`), as in a ``resolve`` answer."""
     start = 0
     while start < len(a):
         stop = start
         while stop < len(a) and a[stop] == a[start]:
             stop += 1
-        same = [i for i in range(start, stop) if decided[i] == exact]
-        if len(same) > 1:
-            rivals = [[j - start for j in same if j != i and features.number_conflicts(parsed_b[i], parsed_b[j])]
-                      if i in same else [] for i in range(start, stop)]
-            if any(rivals):
-                shown[start:stop], decided[start:stop] = number_policy.exclusive(shown[start:stop], rivals, cross.labels)
+        shown[start:stop], decided[start:stop] = number_policy.share_exact(
+            shown[start:stop], decided[start:stop], parsed_b[start:stop], cross.labels)
         start = stop
     return shown, decided
 

@@ -311,12 +311,8 @@ class Resolver:
             rows = range(row, row + len(matches))
             answer_shown, answer_labels = shown[rows.start:rows.stop], decided[rows.start:rows.stop]
             if numbers == "strict":  # entries labelled exact_match that conflict with each other share that mass
-                same = [i for i, r in enumerate(rows) if decided[r] == exact]
-                rivals = [[j for j in same if j != i and features.number_conflicts(
-                    candidates[matches[i]["id"]], candidates[matches[j]["id"]])] if i in same else []
-                    for i in range(len(matches))]
-                if any(rivals):
-                    answer_shown, answer_labels = number_policy.exclusive(answer_shown, rivals, labels)
+                answer_shown, answer_labels = number_policy.share_exact(
+                    answer_shown, answer_labels, [candidates[m["id"]] for m in matches], labels)
             for m, r, q, best in zip(matches, rows, answer_shown, answer_labels):
                 p, best = probs[r], int(best)
                 m["label"] = labels[best]
