@@ -170,20 +170,26 @@ class AddressIndex:
     def resolve(self, queries: Sequence[str], **options) -> list[list[Match]]: ...
     def resolve(self, queries, *, top_k: int = 10, rerank: bool = True, explain: bool = False,
                 retrieval: str = "hybrid", admin_filter: bool = False, rerank_depth: int | None = None,
-                batch_size: int = 256, numbers: str | None = None):
+                batch_size: int = 256, numbers: str | None = None, names=None):
         """Catalog entries for each query, best first (a list for one query, a list of lists for many).
 
         ``retrieval``: ``hybrid`` (default), ``dense`` or ``sparse``; ``rerank=False``: retrieval order
         only; ``explain``: per-element agreement on each match; ``admin_filter``: drop candidates whose
         city or district code contradicts the query's; ``numbers``: ``strict`` / ``loose`` for this call (default:
-        the index's, see :meth:`open`).
+        the index's, see :meth:`open`); ``names``: the place name of each query kept as name + address (a str for
+        one query, a list beside a list; None or "" where a query has none): matched with the address and compared
+        with each entry's name (``build --name-column``, or the name its address writes).
         """
         texts = [queries] if isinstance(queries, str) else list(queries)
+        given = None if names is None else [names] if isinstance(names, str) else list(names)
+        if given is not None and len(given) != len(texts):
+            raise ValueError(f"{len(texts)} queries but {len(given)} names")
         out: list[list[Match]] = []
         for start in range(0, len(texts), batch_size):
             batch = self._resolver.resolve(texts[start : start + batch_size], top_k=top_k, rerank=rerank,
                                            explain=explain, retrieval=retrieval, admin_filter=admin_filter,
-                                           rerank_depth=rerank_depth, numbers=numbers)
+                                           rerank_depth=rerank_depth, numbers=numbers,
+                                           names=None if given is None else given[start : start + batch_size])
             out.extend([Match.from_dict(m) for m in matches] for matches in batch)
         return out[0] if isinstance(queries, str) else out
 
@@ -206,17 +212,18 @@ class AddressIndex:
                            numbers=self._resolver.numbers)
 
     def normalize(self, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
-                  margin: float | None = None, top_k: int | None = None, batch_size: int = 256) -> "pd.DataFrame":
+                  margin: float | None = None, top_k: int | None = None, batch_size: int = 256,
+                  name_column: str | None = None) -> "pd.DataFrame":
         """A copy of ``frame`` with the columns a ``normalize`` job writes (``status`` matched / ambiguous /
         unmatched / rejected, ``match_id``, ``match_address``, ``label``, ``probability``,
         ``alternatives``, ``reason``, ``admin_*``; prefixed ``mgeo_`` where ``frame`` has that column
-        already). Each distinct normalized address is resolved once. Needs pandas (``pip install
-        'mgeo-index[pandas]'``)."""
+        already). Each distinct query (address, and name where ``name_column`` names each row's place) is resolved
+        once. Needs pandas (``pip install 'mgeo-index[pandas]'``)."""
         from mgeo_index.jobs import frame as normalize_frame
 
         return normalize_frame.normalize_frame(self._resolver, frame, address_column=address_column,
                                                min_probability=min_probability, margin=margin, top_k=top_k,
-                                               batch_size=batch_size)
+                                               batch_size=batch_size, name_column=name_column)
 
     # ------------------------------------------------------------------ updates
 

@@ -439,9 +439,11 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
         def __init__(self):
             self.seen: list[str] = []
             self.parsed: list[str] = []
+            self.names: list[str] = []
 
-        def resolve(self, batch, top_k, rerank, parses, numbers=None):
+        def resolve(self, batch, top_k, rerank, parses, numbers=None, names=None):
             self.seen += batch
+            self.names += names
             self.parsed += [p["text"] for p in parses]  # the job's one parse of each address, handed over
             return [[{"id": len(q), "source_id": q, "address": q, "score": 0.9, "label": "exact_match",
                       "probability": 0.9, "probabilities": {"exact_match": 0.9, "partial_match": 0.05,
@@ -455,6 +457,11 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
     assert (first[0]["admin_province"], first[0]["admin_district"]) == ("北京市", "朝阳区")  # from that same parse
     later = resolve_outcomes(resolver, ["上海徐汇1号", "深圳南山2号"], Policy(), 2, memo)
     assert resolver.seen[2:] == ["深圳南山2号"] and later[0] == first[2]
+    # a name makes another query: the address with the name after it, the name handed over as a field
+    named = resolve_outcomes(resolver, ["上海徐汇1号", "上海徐汇1号", "上海徐汇1号"], Policy(), 2, memo,
+                             names=["星巴克", "", "星巴克"])
+    assert resolver.seen[3:] == ["上海徐汇1号星巴克"] and resolver.names[3:] == ["星巴克"]
+    assert named[0] == named[2] and named[1] == first[2]
 
 
 def _chunk(addresses: list[str | None]):
@@ -485,7 +492,7 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
     from mgeo_index.compute.task import Task
     from mgeo_index.jobs.resolving import resolve_chunks
 
-    task = Task(local=lambda: lambda addresses: [{"address": a} for a in addresses], actor=object,
+    task = Task(local=lambda: lambda queries: [{"address": a} for a in queries[0]], actor=object,
                 pack=dict, unpack=lambda item, row: row)
     chunks = [_chunk(["甲", "乙", "丙", "丁", "戊"]), _chunk([None, None]), _chunk(["己"]), _chunk([None]),
               _chunk(["庚", None, "辛"])]
@@ -493,12 +500,13 @@ def test_chunks_come_back_whole_and_in_order_however_finely_they_are_cut():
     for runner in (spread, LocalRunner("cpu")):
         got = list(resolve_chunks(runner, iter(chunks), task, batch_size=2))
         assert [c for c, _ in got] == chunks
-        assert [[o["address"] for o in outcomes] for _, outcomes in got] == [c.valid_addresses() for c in chunks]
+        assert [[o["address"] for o in outcomes] for _, outcomes in got] == [c.valid_queries()[0] for c in chunks]
     # three workers: a chunk of five is cut in ones (two items a worker at least), within the batch size of two
-    assert spread.items == [["甲"], ["乙"], ["丙"], ["丁"], ["戊"], ["己"], ["庚"], ["辛"]]
+    assert [a for a, _ in spread.items] == [["甲"], ["乙"], ["丙"], ["丁"], ["戊"], ["己"], ["庚"], ["辛"]]
+    assert all(names == [""] for _, names in spread.items)
     spread.workers, spread.items = 1 + 1, []
     list(resolve_chunks(spread, iter([_chunk(list("甲乙丙丁戊己庚辛壬癸"))]), task, batch_size=2))
-    assert [len(item) for item in spread.items] == [2, 2, 2, 2, 2]
+    assert [len(addresses) for addresses, _ in spread.items] == [2, 2, 2, 2, 2]
 
 
 def test_the_oldest_answers_are_forgotten_past_the_limit_but_not_those_still_needed(monkeypatch):
@@ -522,7 +530,8 @@ def test_several_workers_resolve_each_distinct_address_once_across_chunks():
 
     computed: list[str] = []
 
-    def compute(addresses):
+    def compute(queries):
+        addresses, _ = queries
         computed.extend(addresses)
         return [{"address": a, "answer": f"answer {a.strip()}"} for a in addresses]
 
@@ -619,7 +628,7 @@ def test_the_ray_actor_resolves_as_this_process_does_with_the_jobs_policy(index_
                           policy=Policy(top_k=TOP_K, numbers="loose"), batch_size=BATCH)
     task = resolve_task(resolving, chunk_size=CHUNK)
     assert task.kwargs["policy"]["numbers"] == "loose"
-    addresses = [VARIANT, _catalog_rows()[1]["address"], VARIANT]
+    addresses = ([VARIANT, _catalog_rows()[1]["address"], VARIANT], ["", "", ""])
     row = task.actor(**task.kwargs)({"seq": [0], **{k: [v] for k, v in task.pack(addresses).items()}})
     assert task.unpack(addresses, {k: v[0] for k, v in row.items()}) == task.local()(addresses)
     # several workers: the driver keeps the answers (resolve_chunks), so an actor keeps none of its own

@@ -474,8 +474,9 @@ def test_a_batch_confirms_its_fresh_answers_with_one_store_query_and_hands_the_c
     calls = []
     monkeypatch.setattr(store, "confirmations", lambda engine, texts, real=store.confirmations: calls.append(texts) or real(engine, texts))
     params = (5, True, False, "hybrid")
-    (version, first), (_, rest) = loader.run_batch(loaded, [Submission("resolve", params, queries[:1]),
-                                                            Submission("resolve", params, queries[1:])])
+    items = [(q, None) for q in queries]  # (query, its place name)
+    (version, first), (_, rest) = loader.run_batch(loaded, [Submission("resolve", params, items[:1]),
+                                                            Submission("resolve", params, items[1:])])
     assert len(calls) == 1 and sorted(calls[0]) == sorted(model_text(q) for q in queries)
     (matches, answer), = first
     assert matches == plain[0]  # what the cache keeps: no reviewer's decision in it

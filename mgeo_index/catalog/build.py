@@ -50,6 +50,7 @@ class BuildResult:
     entries_parsed: int = 0
     index_factory: str = ""
     address_column: str | None = None  # the columns read (detected, given or the catalog's own)
+    name_column: str | None = None
     id_column: str | None = None
     columns_reason: str = ""  # why those columns (detected: what their names and values said)
     blank_lines: int = 0  # blank lines in the file (no record, skipped)
@@ -63,7 +64,7 @@ class BuildResult:
 def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: list[Reject]) -> None:
     records = []
     for row in rows:
-        normalized = normalize(row.address)
+        normalized = normalize(row.text)
         if not has_content(normalized):
             rejects.append(Reject(row.line, "address has no letters or digits left after normalization", row.address))
             continue
@@ -151,6 +152,7 @@ def build(
     numbers: str | None = None,
     force: bool = False,
     profile: str | None = None,
+    name_column: str | None = None,
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
@@ -163,7 +165,9 @@ def build(
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
     which resolving, normalizing and serving the index then use unless told otherwise; None keeps the catalog's.
     ``profile``: the profile recorded with the catalog (``default`` / ``accurate``: which bundled cross-encoder its
-    queries rerank with unless told otherwise); None keeps the catalog's.
+    queries rerank with unless told otherwise); None keeps the catalog's. ``name_column``: the column holding each
+    entry's name (a catalog kept as name + address): entries match by their address with the name after it, and a
+    query's name is compared with it (:mod:`mgeo_index.query.names`); None keeps the catalog's (none for a new one).
     A directory that holds files mgeo-index did not write is refused unless ``force``
     (:func:`mgeo_index.catalog.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
@@ -187,12 +191,12 @@ def build(
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
                              backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner, numbers,
-                             profile)
+                             profile, name_column)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
                   backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner: Runner,
-                  numbers: str | None = None, profile: str | None = None) -> BuildResult:
+                  numbers: str | None = None, profile: str | None = None, name_column: str | None = None) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -227,10 +231,13 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             generations.ensure_served_here(index_dir, catalog, current)
             if kind == "build":
                 address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
+            if name_column is None or kind != "build":
+                name_column = store.catalog_name_column(engine_, catalog)
         try:
             reader = read_catalog(
                 catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
                 chunk_size=chunk_size, detect_id=kind == "build" and new_catalog and id_column is None,
+                name_column=name_column,
             )
         except CatalogError as exc:
             if kind != "add":
@@ -245,14 +252,14 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     if kind == "build":
         catalog_id = store.get_or_create_catalog(
             engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
-            id_column=reader.id_column, numbers=numbers, profile=profile,
+            id_column=reader.id_column, numbers=numbers, profile=profile, name_column=reader.name_column,
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)
     generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
-                         id_column=reader.id_column, engine=runner.name,
+                         id_column=reader.id_column, name_column=reader.name_column, engine=runner.name,
                          answers=settings.answer_settings(store.catalog_numbers(engine_, catalog),
                                                           store.catalog_profile(engine_, catalog)),
                          columns_reason="" if not new_catalog or kind != "build" else

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index.settings import MAX_QUERY_CHARS
-from mgeo_index.text.normalize import normalize
+from mgeo_index.text.normalize import normalize, with_name
 
 __all__ = [
     "CatalogError",
@@ -71,7 +71,13 @@ class Row:
     line: int  # 1-based physical line where the record starts (the header is line 1)
     address: str  # stripped
     source_id: str | None  # value of the id column, stripped; None without an id column
-    extra: dict[str, str] = field(default_factory=dict)  # every other column
+    extra: dict[str, str] = field(default_factory=dict)  # every other column (the name column too)
+    name: str | None = None  # value of the name column, stripped; None without one or when empty
+
+    @property
+    def text(self) -> str:
+        """What the row's place is matched by: the address, with its name after it (:func:`with_name`)."""
+        return with_name(self.address, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +328,7 @@ class CatalogReader:
         dedupe: bool = True,
         detect_id: bool = False,
         reject_blank: bool = False,
+        name_column: str | None = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -377,6 +384,10 @@ class CatalogReader:
             self.id_column, self.id_reason = choose_id_column(self.columns, sample, self.address_column)
         else:
             self.id_column, self.id_reason = None, "none given: rows are keyed by their address"
+        self.name_column = None if name_column is None else _resolve_column(name_column, self.columns, "name")
+        if self.name_column is not None and self.name_column in (self.address_column, self.id_column):
+            raise CatalogError(f"the name column {self.name_column!r} is also the address or id column; "
+                               "name the column that holds each place's name")
 
     def _open(self):  # noqa: ANN202 - a text file object
         # surrogateescape keeps undecodable bytes visible per row instead of failing the file.
@@ -402,6 +413,7 @@ class CatalogReader:
         n_fields = len(self.columns)
         addr_i = self.columns.index(self.address_column)
         id_i = None if self.id_column is None else self.columns.index(self.id_column)
+        name_i = None if self.name_column is None else self.columns.index(self.name_column)
         extra_cols = [(i, c) for i, c in enumerate(self.columns) if i not in (addr_i, id_i)]
         # hash(key) -> first line.  A 64-bit hash, not the key, bounds memory per row; a
         # false duplicate needs a hash collision (~n²/2⁶⁴, negligible).
@@ -431,7 +443,7 @@ class CatalogReader:
                         else:
                             self.blank_lines += 1
                     else:
-                        outcome = self._check(fields, line, text, n_fields, addr_i, id_i, extra_cols, seen)
+                        outcome = self._check(fields, line, text, n_fields, addr_i, id_i, name_i, extra_cols, seen)
                         (rows if isinstance(outcome, Row) else rejects).append(outcome)
                 if len(rows) + len(rejects) >= self.chunk_size:
                     yield rows, rejects
@@ -447,6 +459,7 @@ class CatalogReader:
         n_fields: int,
         addr_i: int,
         id_i: int | None,
+        name_i: int | None,
         extra_cols: list[tuple[int, str]],
         seen: dict[int, int],
     ) -> Row | Reject:
@@ -468,9 +481,13 @@ class CatalogReader:
         bad = _control_char(address)
         if bad:
             return reject(f"control character {bad} in column {self.address_column!r}")
-        if len(address) > self.max_chars:
+        name = fields[name_i].strip() or None if name_i is not None else None
+        if name is not None and (bad := _control_char(name)):
+            return reject(f"control character {bad} in column {self.name_column!r}")
+        if len(matched := with_name(address, name)) > self.max_chars:
+            what = "address" if matched == address else "address with its name"
             return reject(
-                f"address has {len(address)} characters, longer than the model's limit of "
+                f"{what} has {len(matched)} characters, longer than the model's limit of "
                 f"{self.max_chars}; shorten or split it"
             )
         source_id: str | None = None
@@ -483,11 +500,12 @@ class CatalogReader:
                 return reject(f"control character {bad} in column {self.id_column!r}")
             key, what = source_id, f"same id {source_id!r}"
         else:  # the store's key: the normalized address (a full-width or spaced copy is the same entry)
-            key, what = normalize(address), "same address"
+            key, what = normalize(matched), "same address" if name is None else "same address and name"
         first = seen.setdefault(hash(key), line) if self.dedupe else line
         if first != line:
             return reject(f"duplicate of line {first} ({what})")
-        return Row(line=line, address=address, source_id=source_id, extra={c: fields[i] for i, c in extra_cols})
+        return Row(line=line, address=address, source_id=source_id, extra={c: fields[i] for i, c in extra_cols},
+                   name=name)
 
 
 def read_catalog(
@@ -501,13 +519,15 @@ def read_catalog(
     dedupe: bool = True,
     detect_id: bool = False,
     reject_blank: bool = False,
+    name_column: str | None = None,
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
     ``address_column`` is auto-detected when not given (:func:`choose_address_column`), and with ``detect_id`` the
     id column too (:func:`choose_id_column`); the reader's ``address_reason`` / ``id_reason`` say why. ``encoding``
     is detected when not given.  ``dedupe=False`` accepts repeated ids / addresses (and keeps no per-row
-    memory), for files whose rows are records to process rather than catalog entries.
+    memory), for files whose rows are records to process rather than catalog entries. ``name_column``: the column
+    holding each place's name (rows then match by their address with the name after it, :attr:`Row.text`).
     Iterate the result (or its ``chunks()``) for ``(rows, rejects)``.
     """
     return CatalogReader(
@@ -520,6 +540,7 @@ def read_catalog(
         dedupe=dedupe,
         detect_id=detect_id,
         reject_blank=reject_blank,
+        name_column=name_column,
     )
 
 

@@ -68,10 +68,11 @@ db_app.command("downgrade", cls=Command)(db_commands.db_downgrade)
 db_app.command("current", cls=Command)(db_commands.db_current)
 app.add_typer(db_app, name="db")
 
-eval_app = typer.Typer(cls=Group, help="Measure match quality: pair classification, retrieval and the number test set.", no_args_is_help=True)
+eval_app = typer.Typer(cls=Group, help="Measure match quality: pair classification, retrieval, the number and name test sets.", no_args_is_help=True)
 eval_app.command("pairs", cls=Command)(eval_commands.eval_pairs)
 eval_app.command("retrieval", cls=Command)(eval_commands.eval_retrieval)
 eval_app.command("numbers", cls=Command)(eval_commands.eval_numbers)
+eval_app.command("names", cls=Command)(eval_commands.eval_names)
 app.add_typer(eval_app, name="eval")
 
 labels_app = typer.Typer(cls=Group, help="Reviewers' labels as files (a, b, label).", no_args_is_help=True)

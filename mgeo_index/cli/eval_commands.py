@@ -15,7 +15,7 @@ from mgeo_index.cli.options import (
     RerankDepth, Retrieval, Split,
 )
 from mgeo_index.cli.render import (
-    confusion_table, console, figures_table, numbers_table, print_bench, report_table, retrieval_table,
+    confusion_table, console, figures_table, print_bench, report_table, retrieval_table, variants_table,
 )
 
 
@@ -107,7 +107,7 @@ def eval_numbers(
 
     Example: mgeo-index eval numbers --data ../shared/data --numbers strict
     """
-    from mgeo_index.measure.evaluate import evaluate_numbers
+    from mgeo_index.measure.evaluate import evaluate_variants
     from mgeo_index.model.loading import load_cross
     from mgeo_index.measure.number_set import NUMBER_TEST_FILES, number_pairs
     from mgeo_index.training.tagger import load_examples
@@ -117,13 +117,45 @@ def eval_numbers(
             raise ValueError(f"--split must be dev or test, not {split!r}")
         pairs = number_pairs(load_examples(data, NUMBER_TEST_FILES)[split])
         dev = settings.device(device)
-        report = evaluate_numbers(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
-                                  pairs, device=dev,
-                                  numbers=settings.numbers(numbers))
+        report = evaluate_variants(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
+                                   pairs, device=dev, numbers=settings.numbers(numbers))
     if as_json:
         print(json.dumps(report, ensure_ascii=False))
         return
-    console.print(numbers_table(f"number test set ({split}, numbers {settings.numbers(numbers)})", report))
+    console.print(variants_table(f"number test set ({split}, numbers {settings.numbers(numbers)})", report))
+
+
+def eval_names(
+    data: Annotated[Path, typer.Option("--data", help="The shared data folder (its CCKS2021 catalog).")] = SHARED_DATA,
+    numbers: Numbers = None,
+    profile: Profile = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    cross_model: CrossModel = None,
+    device: Device = None,
+    backend: Backend = None,
+) -> None:
+    """The name test set: pairs of catalog entries at one door whose names differ (another place: names that share
+    nothing, names that share a brand), and entries with their name written otherwise (the same place: a branch in
+    parentheses dropped or unbracketed, full-width letters, a middle dot dropped).
+
+    Example: mgeo-index eval names --data ../shared/data --numbers strict
+    """
+    from mgeo_index.measure.evaluate import evaluate_variants
+    from mgeo_index.measure.name_set import name_pairs
+    from mgeo_index.model.loading import load_cross
+    from mgeo_index.query.features import parse_distinct
+    from mgeo_index.training.data import ccks_catalog
+
+    with friendly_errors():
+        entries = list(dict.fromkeys(ccks_catalog(data)))
+        pairs = name_pairs(entries, parse_distinct(entries))
+        dev = settings.device(device)
+        report = evaluate_variants(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
+                                   pairs, device=dev, numbers=settings.numbers(numbers))
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    console.print(variants_table(f"name test set (numbers {settings.numbers(numbers)})", report))
 
 
 def eval_retrieval(

@@ -27,6 +27,7 @@ def normalize(
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
     address_column: AddressColumn = None,
     id_column: Annotated[str | None, typer.Option(help="Column holding the row's own id (must not be empty).")] = None,
+    name_column: Annotated[str | None, typer.Option(help="Column holding each row's place name (a store table kept as name + address): a row resolves as its address with the name after it, and a catalog entry at the same door under another name is not exact_match.")] = None,
     min_probability: Annotated[float, typer.Option(min=0.0, max=1.0, help="Least probability of the best candidate's label to call it matched.")] = _default("DEFAULT_MIN_PROBABILITY"),
     ambiguous_margin: Annotated[float, typer.Option(min=0.0, max=1.0, help="Ambiguous when the runner-up's P(exact)+½P(partial) is within this of the best's.")] = _default("DEFAULT_MARGIN"),
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates retrieved and reranked per row.")] = _default("DEFAULT_TOP_K"),
@@ -53,6 +54,8 @@ def normalize(
     from the last checkpoint, and the output holds every input row exactly once, in input order.
 
     Example: mgeo-index normalize stores.csv --index-dir idx --out stores.matched.csv
+
+    Stores with names: mgeo-index normalize stores.csv --index-dir idx --out stores.matched.csv --name-column name
     """
     from rich.progress import TimeRemainingColumn
 
@@ -74,7 +77,8 @@ def normalize(
 
             result = normalize_file(
                 input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
-                address_column=address_column, id_column=id_column, min_probability=min_probability,
+                address_column=address_column, id_column=id_column, name_column=name_column,
+                min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
                 gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job, numbers=numbers,

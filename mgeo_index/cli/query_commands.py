@@ -57,16 +57,23 @@ def resolve(
     backend: Backend = None,
     numbers: Numbers = None,
     profile: Profile = None,
+    names: Annotated[list[str] | None, typer.Option("--name", help="The place's name, for a query kept as name + address: matched with the address and compared with each entry's name (a shop at the same door under another name is not exact_match). Once per query, in order; for a file, normalize --name-column.")] = None,
 ) -> None:
     """Find the catalog entries a messy address refers to, reranked and labeled.
 
     Example: mgeo-index resolve "北京朝阳建国路88号" --index-dir idx --json
+
+    A shop by name and address: mgeo-index resolve "民和路与飞虹路交叉口西100米" --name 名仕之家 --index-dir idx
     """
     from mgeo_index.api import AddressIndex
     from mgeo_index.text import printable
 
     with friendly_errors():
         items = read_queries(queries or [], file)
+        if names and (file is not None or len(names) != len(items)):
+            raise typer.BadParameter(f"give --name once per query on the command line ({len(items)} queries, "
+                                     f"{len(names)} names); for a file of names and addresses, use normalize "
+                                     "--name-column", param_hint="--name")
         backend = settings.one_shot_backend(backend, device, len(items))  # a few: without torch where answers agree
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
@@ -80,17 +87,20 @@ def resolve(
                 task = bar.add_task("Resolving", total=len(items)) if bar is not None else None
                 for start in range(0, len(items), batch_size):
                     batch = items[start : start + batch_size]
+                    batch_names = names[start : start + batch_size] if names else [None] * len(batch)
                     answers = idx.resolve(batch, top_k=top_k, rerank=not no_rerank, explain=explain,
                                           retrieval=retrieval, admin_filter=admin_filter, rerank_depth=rerank_depth,
-                                          batch_size=batch_size)
-                    for query, matches in zip(batch, answers):
+                                          batch_size=batch_size, names=batch_names if names else None)
+                    for query, name, matches in zip(batch, batch_names, answers):
                         query = printable(query)  # undecodable command-line bytes arrive as lone surrogates
+                        named = {"name": printable(name)} if name else {}
                         matches = [m.to_dict() for m in matches]
                         if as_json:
-                            print(json.dumps({"query": query, "matches": matches} | made_with, ensure_ascii=False),
-                                  flush=False)
+                            print(json.dumps({"query": query} | named | {"matches": matches} | made_with,
+                                             ensure_ascii=False), flush=False)
                         else:
-                            console.print(matches_table(query, matches, footer))
+                            console.print(matches_table(f"{query} · {named['name']}" if named else query, matches,
+                                                        footer))
                     if bar is not None:
                         bar.update(task, advance=len(batch))
         sys.stdout.flush()

@@ -77,7 +77,8 @@ def _facts(title: str, rows, rejects_path: str | None = None) -> Table:
 def build_table(result) -> Table:
     return _facts(f"Build {result.build_id} of catalog '{result.catalog}'", (
         ("columns", f"address {result.address_column!r}, id "
-                    + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")),
+                    + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")
+                    + (f", name {result.name_column!r}" if getattr(result, "name_column", None) else "")),
         *((("chosen", result.columns_reason),) if getattr(result, "columns_reason", "") else ()),
         ("rows read", result.rows_read),
         ("new entries", result.rows_inserted),
@@ -173,6 +174,8 @@ def matches_table(query: str, matches: list[dict], footer: str | None = None) ->
     for rank, m in enumerate(matches, 1):
         label = m.get("label", "")
         address = Text(m["address"])
+        if m.get("name"):  # an index built with --name-column: the entry's name beside its address
+            address.append(f" · {m['name']}", style="bold")
         if "explain" in m:
             address.append("\n").append_text(_explain_line(m["explain"]))
         table.add_row(
@@ -202,20 +205,20 @@ def report_table(title: str, report: dict) -> Table:
     return table
 
 
-def numbers_table(title: str, report: dict) -> Table:
-    """:func:`mgeo_index.measure.evaluate.evaluate_numbers`: the shares labelled exact_match and read as a number
-    conflict, by kind of pair."""
+def variants_table(title: str, report: dict) -> Table:
+    """:func:`mgeo_index.measure.evaluate.evaluate_variants`: the shares labelled exact_match and read as a conflict
+    (of numbers or names), by kind of pair."""
     table = Table(title=escape(title))
-    for name in ("pairs", "kind", "count", "exact_match", "number conflict"):
+    for name in ("pairs", "kind", "count", "exact_match", "conflict"):
         table.add_column(name, justify="left" if name in ("pairs", "kind") else "right")
     wants = {"changed": "another place", "controls": "the same place", "holds": "a range and its number"}
     for part, r in report.items():
         if not r["pairs"]:
             continue
         table.add_row(f"{part} ({wants.get(part, part)})", "all", str(r["pairs"]), f"{r['exact_match']:.4f}",
-                      f"{r['number_conflict']:.4f}", style="bold")
+                      f"{r['conflict']:.4f}", style="bold")
         for kind, k in r["by_kind"].items():
-            table.add_row("", kind, str(k["pairs"]), f"{k['exact_match']:.4f}", f"{k['number_conflict']:.4f}")
+            table.add_row("", kind, str(k["pairs"]), f"{k['exact_match']:.4f}", f"{k['conflict']:.4f}")
     return table
 
 
@@ -258,6 +261,11 @@ def retrieval_table(reports: dict[str, dict], retrieval: str) -> Table:
             r = report[stage]
             table.add_row(stage if len(reports) == 1 else f"{split} · {stage}",
                           *(f"{r[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10")))
+    called = [f"{r['top1_exact']:.3f}" + (f", {r['top1_exact_wrong']:.3f} of them not gold" if r["top1_exact_wrong"]
+                                          is not None else "") + (f" ({split})" if len(reports) > 1 else "")
+              for split, report in reports.items() if "top1_exact" in (r := report["reranked"])]
+    if called:
+        table.caption = "first answer exact_match: " + "; ".join(called)
     return table
 
 

@@ -19,7 +19,8 @@ PANDAS_HINT = "AddressIndex.normalize needs pandas: pip install 'mgeo-index[pand
 
 
 def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
-                    margin: float | None = None, top_k: int | None = None, batch_size: int = 256) -> "pd.DataFrame":
+                    margin: float | None = None, top_k: int | None = None, batch_size: int = 256,
+                    name_column: str | None = None) -> "pd.DataFrame":
     try:
         import pandas as pd
     except ImportError:
@@ -28,13 +29,20 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
         raise TypeError(f"normalize takes a pandas DataFrame, not {type(frame).__name__}")
     if address_column not in frame.columns:
         raise KeyError(f"address_column {address_column!r} is not a column of the frame (columns: {list(frame.columns)})")
+    if name_column is not None and name_column not in frame.columns:
+        raise KeyError(f"name_column {name_column!r} is not a column of the frame (columns: {list(frame.columns)})")
     defaults = Policy()
     policy = Policy(min_probability=defaults.min_probability if min_probability is None else min_probability,
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k)
-    texts = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[address_column]]
+    def cells(column: str) -> list[str]:
+        return ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[column]]
+
+    texts = cells(address_column)
+    names = cells(name_column) if name_column is not None else [""] * len(texts)
     valid = [has_content(model_text(t)) for t in texts]
-    found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size))
+    found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size,
+                                  names=[n for n, ok in zip(names, valid) if ok]))
     rows = []
     for text, ok in zip(texts, valid):
         if ok:

@@ -29,6 +29,7 @@ class Record:
     values: list[Any]  # the input columns, in order
     address: str | None  # set when the row is valid
     reason: str | None = None  # set when it is rejected
+    name: str | None = None  # the place's name (a name column given), when the row has one
 
 
 @dataclass
@@ -36,8 +37,11 @@ class Chunk:
     records: list[Record]
     table: Any = None  # Parquet input: the chunk's own Arrow table (keeps the input's column types)
 
-    def valid_addresses(self) -> list[str]:
-        return [r.address for r in self.records if r.reason is None]
+    def valid_queries(self) -> tuple[list[str], list[str]]:
+        """(addresses, names) of the valid rows, in order; a name is "" where a row has none (or no name column
+        was given)."""
+        valid = [r for r in self.records if r.reason is None]
+        return [r.address for r in valid], [r.name or "" for r in valid]
 
 
 def fingerprint_input(path: str | Path) -> tuple[str, int]:
@@ -68,7 +72,7 @@ class ParquetReader(CatalogReader):
     ``_check``); values are validated as text, the output keeps the input's column types."""
 
     def __init__(self, path: str | Path, *, address_column: str | None = None, id_column: str | None = None,
-                 max_chars: int = 256, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:  # noqa: D107
+                 max_chars: int = 256, chunk_size: int = DEFAULT_CHUNK_SIZE, name_column: str | None = None) -> None:  # noqa: D107
         require_pyarrow()
         import pyarrow.parquet as pq
 
@@ -93,6 +97,10 @@ class ParquetReader(CatalogReader):
             else detect_address_column(self.columns, sample)
         )
         self.id_column = None if id_column is None else _resolve_column(id_column, self.columns, "id")
+        self.name_column = None if name_column is None else _resolve_column(name_column, self.columns, "name")
+        if self.name_column is not None and self.name_column in (self.address_column, self.id_column):
+            raise CatalogError(f"the name column {self.name_column!r} is also the address or id column; "
+                               "name the column that holds each place's name")
 
     def record_chunks(self) -> Iterator[Chunk]:
         import pyarrow as pa
@@ -100,6 +108,7 @@ class ParquetReader(CatalogReader):
         n = len(self.columns)
         addr_i = self.columns.index(self.address_column)
         id_i = None if self.id_column is None else self.columns.index(self.id_column)
+        name_i = None if self.name_column is None else self.columns.index(self.name_column)
         extra = [(i, c) for i, c in enumerate(self.columns) if i not in (addr_i, id_i)]
         line = 0
         for batch in self.file.iter_batches(batch_size=self.chunk_size):
@@ -108,7 +117,7 @@ class ParquetReader(CatalogReader):
             for fields in texts:
                 line += 1
                 fields = list(fields)
-                outcome = self._check(fields, line, "\t".join(fields), n, addr_i, id_i, extra, {})
+                outcome = self._check(fields, line, "\t".join(fields), n, addr_i, id_i, name_i, extra, {})
                 records.append(_record(outcome, fields))
             yield Chunk(records, pa.Table.from_batches([batch], schema=self.schema))
 
@@ -122,7 +131,7 @@ def _record(outcome, values: list) -> Record:
         return Record(outcome.line, values, None, outcome.reason)
     if not has_content(normalize_text(outcome.address)):
         return Record(outcome.line, values, None, "address has no letters or digits left after normalization")
-    return Record(outcome.line, values, outcome.address)
+    return Record(outcome.line, values, outcome.address, name=outcome.name)
 
 
 def _csv_chunks(reader: CatalogReader) -> Iterator[Chunk]:
@@ -152,11 +161,15 @@ def _split_raw(raw: str, delimiter: str, n: int) -> list[str]:
     return (list(fields) + [""] * n)[:n]
 
 
-def open_input(path: Path, *, address_column: str | None, id_column: str | None, max_chars: int, chunk_size: int):
-    """(reader, chunk iterator factory, exact row count or None)."""
+def open_input(path: Path, *, address_column: str | None, id_column: str | None, max_chars: int, chunk_size: int,
+               name_column: str | None = None):
+    """(reader, chunk iterator factory, exact row count or None). ``name_column``: the column naming each row's
+    place, if any (rows then resolve as name + address)."""
     if input_format(path) == "parquet":
-        reader = ParquetReader(path, address_column=address_column, id_column=id_column, max_chars=max_chars, chunk_size=chunk_size)
+        reader = ParquetReader(path, address_column=address_column, id_column=id_column, max_chars=max_chars,
+                               chunk_size=chunk_size, name_column=name_column)
         return reader, reader.record_chunks, reader.rows_total
     reader = read_catalog(path, address_column=address_column, id_column=id_column, max_chars=max_chars,
-                          chunk_size=chunk_size, dedupe=False, reject_blank=True)  # every line has its output row
+                          chunk_size=chunk_size, dedupe=False, reject_blank=True,  # every line has its output row
+                          name_column=name_column)
     return reader, (lambda: _csv_chunks(reader)), None

@@ -51,7 +51,7 @@ from mgeo_index.jobs.policy import (
 )
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
-RESULT_PARAMS = ("address_column", "id_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
+RESULT_PARAMS = ("address_column", "id_column", "name_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
                  "output_columns", "backend", "numbers", "raw_values", "profile")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
@@ -160,7 +160,8 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
         problems.append(f"the input file changed since job {job['id']} started ({job['input_fingerprint'][:19]}… → {fp[:19]}…)")
     old = job.get("params") or {}
     changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
-               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values", "profile"))]  # older jobs
+               if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values", "profile",
+                                                                        "name_column"))]  # older jobs
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
@@ -203,6 +204,7 @@ def run_job(
     numbers: str | None = None,
     raw_values: bool = False,
     profile: str | None = None,
+    name_column: str | None = None,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
@@ -214,7 +216,9 @@ def run_job(
     ``profile``: which bundled cross-encoder reranks (default: the index's, see
     :func:`mgeo_index.query.resolver.open_resolver`); the job records the cross-encoder it ran with. ``raw_values``: CSV
     cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
-    :mod:`mgeo_index.tables`).
+    :mod:`mgeo_index.tables`). ``name_column``: the input column naming each row's place (a store table kept as
+    name + address): a row resolves as its address with the name after it, the name compared with each entry's
+    (:mod:`mgeo_index.query.names`).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -241,13 +245,15 @@ def run_job(
     ident = index_identity(index_dir, model, cross_model, profile)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers)
     reader, chunks, rows_total = open_input(
-        input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size
+        input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
+        name_column=name_column,
     )
     fp, newlines = fingerprint_input(input_path)
     if rows_total is None:
         rows_total = max(newlines - 1, 0)  # estimate for the ETA: records can span lines
     params = {
-        "address_column": reader.address_column, "id_column": reader.id_column, "min_probability": min_probability,
+        "address_column": reader.address_column, "id_column": reader.id_column, "name_column": reader.name_column,
+        "min_probability": min_probability,
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns

@@ -73,6 +73,7 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
             "id": _public_id(m),
             "entry_id": m["id"],
             "address": m["address"],
+            **({"name": m["name"]} if m.get("name") else {}),  # an index built with --name-column
             "label": m.get("label"),
             "probability": m.get("probability"),
             "score": m.get("score"),
@@ -102,23 +103,27 @@ MEMO_LIMIT = 100_000
 
 
 def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_size: int = DEFAULT_BATCH_SIZE,
-                     memo: dict[str, dict] | None = None) -> list[dict]:
-    """``decide`` and the ``admin_*`` columns for each address. Each distinct normalized address is parsed and
-    resolved once, in micro-batches of ``batch_size`` (its one parse serves both), and its answer given to every
-    row that has it; ``memo`` (kept by the engine for a whole job) carries answers to later chunks. Results do
-    not depend on what an address is batched with (the default backend is batch-independent), so the same rows
-    get the same answers either way."""
-    from mgeo_index.text import model_text
+                     memo: dict[str, dict] | None = None, names: Sequence[str] | None = None) -> list[dict]:
+    """``decide`` and the ``admin_*`` columns for each address (``names``: each row's place name, "" where it has
+    none, for inputs kept as name + address). Each distinct query (:func:`~mgeo_index.text.query_key`) is parsed and resolved once,
+    in micro-batches of ``batch_size`` (its one parse serves both), and its answer given to every row that has it;
+    ``memo`` (kept by the engine for a whole job) carries answers to later chunks. Results do not depend on what
+    an address is batched with (the default backend is batch-independent), so the same rows get the same answers
+    either way."""
+    from mgeo_index.text import model_text, query_key, with_name
     from mgeo_index.text.parser import parse
 
     memo = {} if memo is None else memo
-    keys = [model_text(a) for a in addresses]  # as the resolver reads them
-    todo = list(dict.fromkeys(k for k in keys if k not in memo))
+    names = [n or "" for n in names] if names is not None else [""] * len(addresses)
+    keys = [query_key(a, n) for a, n in zip(addresses, names)]
+    todo = list({k: (a, n) for k, a, n in zip(keys, addresses, names) if k not in memo}.items())
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        parses = parse(batch)
-        for key, matches, parsed in zip(batch, resolver.resolve(batch, top_k=policy.top_k, rerank=True, parses=parses,
-                                                                   numbers=policy.numbers), parses):
+        texts = [model_text(with_name(a, n)) for _, (a, n) in batch]  # as the resolver reads them
+        parses = parse(texts)
+        answers = resolver.resolve(texts, top_k=policy.top_k, rerank=True, parses=parses, numbers=policy.numbers,
+                                   names=[n for _, (_, n) in batch])
+        for (key, _), matches, parsed in zip(batch, answers, parses):
             memo[key] = decide(matches, policy) | admin_columns(parsed)
     out = [dict(memo[k]) for k in keys]
     forget_oldest(memo)
@@ -131,7 +136,3 @@ def forget_oldest(memo: dict[str, dict], keep: Collection[str] = ()) -> None:
     if len(memo) > MEMO_LIMIT:
         for key in [k for k in memo if k not in keep][: len(memo) - MEMO_LIMIT]:
             del memo[key]
-
-
-def micro_batches(addresses: Sequence[str], batch_size: int) -> list[list[str]]:
-    return [list(addresses[i : i + batch_size]) for i in range(0, len(addresses), batch_size)]

@@ -1,5 +1,6 @@
-"""A job's resolving as a runner task (:mod:`mgeo_index.compute`): each chunk's valid addresses resolved and
-decided (:func:`~mgeo_index.jobs.policy.resolve_outcomes`), by a resolver opened once per process or actor.
+"""A job's resolving as a runner task (:mod:`mgeo_index.compute`): each chunk's valid queries (addresses, with
+the places' names where the input has a name column) resolved and decided
+(:func:`~mgeo_index.jobs.policy.resolve_outcomes`), by a resolver opened once per process or actor.
 
 Where several workers compute at once (worker processes, or Ray with more than one actor), a chunk is cut into
 micro-batches of ``batch_size`` addresses, smaller where that leaves a worker without two (:func:`spread`), one
@@ -18,13 +19,18 @@ from pathlib import Path
 
 from mgeo_index.compute.task import Task
 from mgeo_index.jobs.inputs import Chunk
-from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, forget_oldest, micro_batches, resolve_outcomes
+from mgeo_index.jobs.policy import MEMO_LIMIT, Policy, forget_oldest, resolve_outcomes
+from mgeo_index.text import query_key
 
 CHUNKS_PER_WORKER = 4  # chunks' worth of micro-batches per Ray actor in one window
 
 
+# One item of work: (addresses, names), the names "" where a row has none.
+Queries = tuple[list[str], list[str]]
+
+
 def resolve_task(resolving, *, resolver=None, chunk_size: int, workers: int = 1) -> Task:
-    """Outcomes of a list of addresses. ``resolver``: one already opened in this process (benchmarks, tests), used
+    """Outcomes of :data:`Queries`. ``resolver``: one already opened in this process (benchmarks, tests), used
     by the local runner instead of one opened for the job. ``workers``: the runner's; with several, the actors keep
     no answers (:func:`resolve_chunks` keeps them here and hands a worker no address twice)."""
 
@@ -37,15 +43,16 @@ def resolve_task(resolving, *, resolver=None, chunk_size: int, workers: int = 1)
                                    cross_model=resolving.cross_model, device=resolving.device,
                                    backend=resolving.backend)
         memo: dict[str, dict] = {}  # answers of this run, reused for later repeats
-        return lambda addresses: resolve_outcomes(opened, addresses, resolving.policy, resolving.batch_size, memo)
+        return lambda queries: resolve_outcomes(opened, queries[0], resolving.policy, resolving.batch_size, memo,
+                                                names=queries[1])
 
     kwargs = {"index_dir": str(Path(resolving.index_dir).resolve()), "db": resolving.db, "model": resolving.model,
               "cross_model": resolving.cross_model, "device": resolving.device, "backend": resolving.backend,
               "policy": asdict(resolving.policy), "batch_size": resolving.batch_size, "remember": workers == 1}
     per_chunk = -(-max(chunk_size, 1) // max(resolving.batch_size, 1))
     return Task(local=local, actor=ResolveBatch, kwargs=kwargs, gpus=True, side_by_side=False,
-                pack=lambda addresses: {"addresses": list(addresses)},
-                unpack=lambda addresses, row: json.loads(row["outcomes"]),
+                pack=lambda queries: {"addresses": list(queries[0]), "names": list(queries[1])},
+                unpack=lambda queries, row: json.loads(row["outcomes"]),
                 items_per_actor=CHUNKS_PER_WORKER * per_chunk)
 
 
@@ -61,25 +68,25 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
     One worker gets whole chunks (its own memo answers repeats). Several get micro-batches of the distinct addresses
     (as the resolver reads them) that no earlier item carried: each is resolved by one worker once, and its answer
     given here to every row that has it, in this chunk or a later one (the last ``MEMO_LIMIT`` answers kept)."""
-    from mgeo_index.text import model_text
-
     fine = runner.workers > 1
     owners: deque[tuple[Chunk, list[str], int]] = deque()  # chunks handed to the runner: (chunk, keys, items)
-    answers: dict[str, dict | None] = {}  # several workers: each address's outcome, None while it is computed
+    answers: dict[str, dict | None] = {}  # several workers: each query's outcome, None while it is computed
 
-    def items() -> Iterator[list[str]]:
+    def items() -> Iterator[Queries]:
         for chunk in chunks:
-            addresses = chunk.valid_addresses()
+            addresses, names = chunk.valid_queries()
             if not fine:
-                parts, keys = [addresses] if addresses else [], []
+                parts, keys = [(addresses, names)] if addresses else [], []
             else:
-                keys = [model_text(a) for a in addresses]
-                todo: dict[str, str] = {}
-                for key, address in zip(keys, addresses):
+                keys = [query_key(a, n) for a, n in zip(addresses, names)]
+                todo: dict[str, tuple[str, str]] = {}
+                for key, address, name in zip(keys, addresses, names):
                     if key not in answers and key not in todo:
-                        todo[key] = address
+                        todo[key] = (address, name)
                 answers.update(dict.fromkeys(todo))
-                parts = micro_batches(list(todo.values()), spread(len(todo), batch_size, runner.workers))
+                pending, size = list(todo.values()), spread(len(todo), batch_size, runner.workers)
+                parts = [([a for a, _ in pending[i : i + size]], [n for _, n in pending[i : i + size]])
+                         for i in range(0, len(pending), size)]
             owners.append((chunk, keys, len(parts)))
             yield from parts
 
@@ -101,7 +108,7 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
     for part, outcomes in runner.map(items(), task):
         yield from finished()
         if fine:
-            answers.update(zip((model_text(a) for a in part), outcomes))
+            answers.update(zip((query_key(a, n) for a, n in zip(*part)), outcomes))
         collected += outcomes
         got += 1
         if got == owners[0][2]:
@@ -113,7 +120,7 @@ def resolve_chunks(runner, chunks: Iterator[Chunk], task: Task, batch_size: int)
 
 
 class ResolveBatch:
-    """The actor of Ray and of worker processes: one resolver per actor, one list of addresses per call."""
+    """The actor of Ray and of worker processes: one resolver per actor, one :data:`Queries` per call."""
 
     def __init__(self, index_dir: str, db: str | None, model: str, cross_model: str, device: str,
                  backend: str | None, policy: dict, batch_size: int, remember: bool = True) -> None:
@@ -130,6 +137,7 @@ class ResolveBatch:
         import numpy as np
 
         outcomes = [json.dumps(resolve_outcomes(self.resolver, [str(a) for a in addresses], self.policy,
-                                                self.batch_size, self.memo), ensure_ascii=False)
-                    for addresses in batch["addresses"]]
+                                                self.batch_size, self.memo, names=[str(n) for n in names]),
+                               ensure_ascii=False)
+                    for addresses, names in zip(batch["addresses"], batch["names"])]
         return {"seq": np.asarray(batch["seq"]), "outcomes": np.asarray(outcomes, dtype=object)}

@@ -96,13 +96,15 @@ def evaluate_pairs(cross, a: list[str], b: list[str], gold: list[int], *, device
     return report
 
 
-def evaluate_numbers(cross, pairs: dict[str, list[tuple[str, str, str]]], *, device: str | None = None,
-                     numbers: str | None = None) -> dict:
-    """How the model labels the number test set (:func:`mgeo_index.measure.number_set.number_pairs`), each pair alone:
-    per part — ``changed`` (another place), ``controls`` (the same place written otherwise), ``holds`` (a range or
-    list and one of its numbers) — its pairs, the share labelled ``exact_match`` and the share whose parses report a
-    number conflict (for the controls and holds: conflicts that are not one), overall and by kind."""
-    from mgeo_index.query.features import number_conflicts, parse_distinct
+def evaluate_variants(cross, pairs: dict[str, list[tuple[str, str, str]]], *, device: str | None = None,
+                      numbers: str | None = None) -> dict:
+    """How the model labels a test set of addresses paired with variants of themselves, each pair alone — the number
+    test set (:func:`mgeo_index.measure.number_set.number_pairs`: parts ``changed``, another place; ``controls``, the
+    same place written otherwise; ``holds``, a range or list and one of its numbers) or the name test set
+    (:func:`mgeo_index.measure.name_set.name_pairs`): per part its pairs, the share labelled ``exact_match`` and the
+    share whose parses conflict (:func:`mgeo_index.query.features.conflicts`; for the controls and holds: conflicts
+    that are not one), overall and by kind."""
+    from mgeo_index.query.features import conflicts, parse_distinct
     from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text
 
@@ -110,21 +112,21 @@ def evaluate_numbers(cross, pairs: dict[str, list[tuple[str, str, str]]], *, dev
     report = {}
     for part, rows in pairs.items():
         if not rows:
-            report[part] = {"pairs": 0, "exact_match": None, "number_conflict": None, "by_kind": {}}
+            report[part] = {"pairs": 0, "exact_match": None, "conflict": None, "by_kind": {}}
             continue
         a, b = [model_text(x) for x, _, _ in rows], [model_text(y) for _, y, _ in rows]
         _, decided, _ = score_sides(cross, a, b, device=device, numbers=numbers)
         parsed = parse_distinct(a + b)
-        conflict = [bool(number_conflicts(pa, pb)) for pa, pb in zip(parsed[: len(a)], parsed[len(a):])]
+        conflict = [bool(conflicts(pa, pb)) for pa, pb in zip(parsed[: len(a)], parsed[len(a):])]
         by_kind: dict[str, list[tuple[int, int]]] = {}
         for (_, _, kind), d, c in zip(rows, decided, conflict):
             by_kind.setdefault(kind, []).append((int(d == exact), int(c)))
         report[part] = {
             "pairs": len(rows),
             "exact_match": round(float(np.mean(decided == exact)), 4),
-            "number_conflict": round(float(np.mean(conflict)), 4),
+            "conflict": round(float(np.mean(conflict)), 4),
             "by_kind": {k: {"pairs": len(v), "exact_match": round(float(np.mean([e for e, _ in v])), 4),
-                            "number_conflict": round(float(np.mean([c for _, c in v])), 4)}
+                            "conflict": round(float(np.mean([c for _, c in v])), 4)}
                         for k, v in sorted(by_kind.items())},
         }
     return report
@@ -206,7 +208,10 @@ def evaluate_retrieval(
     resolver, queries: list[str], golds: list[list[str]], *, top_k: int = 10, retrieval: str = "hybrid",
     admin_filter: bool = False, rerank_depth: int | None = None,
 ) -> dict:
-    """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address.
+    """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address. After
+    reranking also ``top1_exact``, the share of queries whose first answer is labelled ``exact_match``, and
+    ``top1_exact_wrong``, the share of those whose first answer is not a gold entry (another place called the
+    place: what a normalize job would tie a row to).
 
     ``golds[i]`` lists the gold addresses of ``queries[i]``; the query counts as found at the first
     rank holding any of them. Queries none of whose gold addresses is in the catalog are left out.
@@ -220,12 +225,18 @@ def evaluate_retrieval(
     report = {"queries": len(golds), "gold_in_catalog": len(keep), "method": retrieval, "admin_filter": admin_filter,
               "rerank_depth": rerank_depth}
     for name, rerank in (("retrieval", False), ("reranked", True)):
-        ranked = []
+        ranked, exact_first = [], []
         for start in range(0, len(queries), 256):
             for matches in resolver.resolve(queries[start : start + 256], top_k=top_k, rerank=rerank, retrieval=retrieval,
                                             admin_filter=admin_filter, rerank_depth=rerank_depth):
                 ranked.append([m["id"] for m in matches] + [-1] * (top_k - len(matches)))
+                exact_first.append(bool(matches) and matches[0].get("label") == "exact_match")
         report[name] = retrieval_report(np.array(ranked), gold, ks=(1, 5, 10))
+        if rerank:
+            called = [i for i, e in enumerate(exact_first) if e]
+            report[name]["top1_exact"] = round(len(called) / len(queries), 4)
+            report[name]["top1_exact_wrong"] = (round(sum(ranked[i][0] not in gold[i] for i in called) / len(called), 4)
+                                                if called else None)
     return report
 
 

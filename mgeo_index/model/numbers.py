@@ -8,17 +8,19 @@ number is the door. So the decision does not leave it to the scorer:
   side agrees with the other's (:func:`mgeo_index.query.features.number_conflicts`: equal values, 88号院 ~ 88号, a range
   4-6号 holding 5号; Chinese and full-width numerals are digits after normalization), the pair's label is never
   ``exact_match``. Its probabilities are those of pairs with such a conflict: P(exact_match) is the share of
-  ``exact_match`` among the conflicting pairs of the calibration split (label noise and POIs written with another
+  ``exact_match`` among the conflicting pairs of the calibration split (or the scorer's, where lower) (label noise and POIs written with another
   number: 7 of 243 in CCKS), whatever the scorer says — the scorer reads a copy with one digit changed as the
   same place at p ≈ 0.99, which no calibration of its own output can undo. The rest is split between
   ``partial_match`` and ``not_match`` by the scorer's odds times a factor fitted by likelihood on the same pairs
   (:func:`mgeo_index.training.calibrate.fit_number_policy`): the label left, partial or not, is the scorer's
-  call. Unit and room conflicts are handled the same way (the same building, another door).
+  call. Unit and room conflicts are handled the same way (the same building, another door), and so are two
+  names that are two places (:func:`mgeo_index.query.names.name_conflict`: 文明路564号顺丰窗帘 /
+  文明路564号21世纪不动产 — at one door, the name decides).
 - **loose**: the scorer alone, for catalogs whose numbers are unreliable (POI lists); the explanation still shows
   the conflict.
 
-A number written on one side only is not a conflict (建国路88号 ~ 建国路88号3号楼 is for the scorer to judge).
-Ranking follows the adjusted probabilities: a candidate whose numbers conflict falls below one whose agree.
+A number or a name written on one side only is not a conflict (建国路88号 ~ 建国路88号3号楼 is for the scorer to
+judge). Ranking follows the adjusted probabilities: a candidate that conflicts falls below one that agrees.
 """
 from __future__ import annotations
 
@@ -36,24 +38,28 @@ UNFITTED = {"exact_match": 0.037, "partial_vs_not": 0.0}
 
 
 def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> np.ndarray:
-    """Per pair of parses: whether their numbers conflict (:func:`mgeo_index.query.features.number_conflicts`)."""
-    from mgeo_index.query.features import number_conflicts
+    """Per pair of parses: whether they are two places by their numbers or their names
+    (:func:`mgeo_index.query.features.conflicts`)."""
+    from mgeo_index.query.features import conflicts
 
-    return np.array([bool(number_conflicts(a, b)) for a, b in zip(parsed_a, parsed_b)], dtype=bool)
+    return np.array([bool(conflicts(a, b)) for a, b in zip(parsed_a, parsed_b)], dtype=bool)
 
 
 def conflict_probabilities(probs: np.ndarray, labels: Sequence[str], fitted: dict | None) -> np.ndarray:
     """The probabilities of conflicting pairs (rows of ``probs``, columns in ``labels`` order): P(exact_match) the
-    fitted share, the rest split by the scorer's partial / not odds times ``exp(partial_vs_not)``."""
+    fitted share, or the scorer's own where it is lower (a conflict is evidence against the same place, never for
+    it: two unrelated places whose names differ keep the scorer's near-zero), the rest split by the scorer's
+    partial / not odds times ``exp(partial_vs_not)``."""
     fitted = fitted or UNFITTED
     exact, partial, other = (labels.index(label) for label in ("exact_match", "partial_match", "not_match"))
     probs = np.asarray(probs, dtype=np.float64)
     odds = np.clip(probs[:, partial], 1e-12, None) * np.exp(fitted["partial_vs_not"])
     share = odds / (odds + np.clip(probs[:, other], 1e-12, None))
+    same = np.minimum(probs[:, exact], fitted["exact_match"])
     out = np.empty_like(probs)
-    out[:, exact] = fitted["exact_match"]
-    out[:, partial] = (1 - fitted["exact_match"]) * share
-    out[:, other] = (1 - fitted["exact_match"]) * (1 - share)
+    out[:, exact] = same
+    out[:, partial] = (1 - same) * share
+    out[:, other] = (1 - same) * (1 - share)
     return out
 
 
@@ -96,15 +102,15 @@ def answer(cross, probs: np.ndarray, decided: np.ndarray, conflicts: np.ndarray 
 def share_exact(shown: np.ndarray, decided: np.ndarray, candidates: Sequence[dict], labels: Sequence[str]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """One answer's (probabilities, labels) with :func:`exclusive` applied to its entries labelled exact_match whose
-    numbers conflict with each other (``candidates``: the entries' parses, in the answer's order); unchanged when
-    none do."""
-    from mgeo_index.query.features import number_conflicts
+    numbers or names conflict with each other (``candidates``: the entries' parses, in the answer's order);
+    unchanged when none do."""
+    from mgeo_index.query.features import conflicts
 
     exact = labels.index("exact_match")
     same = [i for i, d in enumerate(decided) if d == exact]
     if len(same) < 2:
         return shown, decided
-    rivals = [[j for j in same if j != i and number_conflicts(candidates[i], candidates[j])] if i in same else []
+    rivals = [[j for j in same if j != i and conflicts(candidates[i], candidates[j])] if i in same else []
               for i in range(len(candidates))]
     return exclusive(shown, rivals, labels) if any(rivals) else (shown, decided)
 

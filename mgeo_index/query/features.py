@@ -17,6 +17,7 @@ import numpy as np
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
+from mgeo_index.query.names import below_admin, name_conflict
 from mgeo_index.text import normalize
 from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.parser import parse
@@ -408,7 +409,6 @@ def _floor_against_room(qa: dict, qb: dict, sa: dict[str, list[str]], sb: dict[s
     return None
 
 
-_ADMIN_LABELS = ("prov", "city", "district", "town")
 # What tells two numbers apart in a text: digit runs, a lone letter (a座, b1层, f座; not a word such as soho, nor
 # the f of a floor, 12f) and a stem before digits (甲12号). A range or list is one number for the skeleton (4-6号, 3、5栋).
 _LETTER = r"(?<![a-z])(?:[a-eg-z]|(?<![0-9])f)(?![a-z])"
@@ -433,21 +433,10 @@ _LANE = re.compile(r"([0-9]+)支弄")
 _GROUP = re.compile(r"([0-9]+)(?:村民小组|村民组|小组|组)(?!团|合|织)")
 
 
-def _below_admin(parsed: dict) -> str:
-    """The normalized text less its admin spans (wherever they are: a POI name may end on one, 温州市良荣修理厂)."""
-    text, end = parsed["text"], 0
-    kept = []
-    for e in parsed["elements"]:
-        if e["label"] in _ADMIN_LABELS:
-            kept.append(text[end:e["start"]])
-            end = e["end"]
-    return "".join(kept) + text[end:]
-
-
 def _skeleton(parsed: dict) -> str:
     """The address below its admin levels with every number (a range or list as one, letters and stems with it)
     replaced by ``#``: 北山道247号 → 北山道#号, soho现代城a座1201 → soho现代城#座#."""
-    return _NUMBER_GROUP.sub("#", _below_admin(parsed))
+    return _NUMBER_GROUP.sub("#", below_admin(parsed))
 
 
 def _group_numbers(group: str) -> tuple[str, set[int] | None]:
@@ -472,14 +461,14 @@ def _differing_numbers(qa: dict, qb: dict) -> tuple[str, str] | None:
     / 白云拂公馆1592): the numbers that differ, as (query, candidate); None otherwise."""
     if _skeleton(qa) != _skeleton(qb):
         return None
-    pairs = zip(_NUMBER_GROUP.findall(_below_admin(qa)), _NUMBER_GROUP.findall(_below_admin(qb)))
+    pairs = zip(_NUMBER_GROUP.findall(below_admin(qa)), _NUMBER_GROUP.findall(below_admin(qb)))
     differ = [(x, y) for x, y in pairs if not _groups_agree(x, y)]
     return ("、".join(x for x, _ in differ), "、".join(y for _, y in differ)) if differ else None
 
 
-# Conflicts read off the text rather than off the tagger's elements (rows of their own in an explanation; the pair
-# features, which read the tagger's elements, do not see them).
-TEXT_CONFLICTS = ("numbers", "lane", "group")
+# Conflicts read off the text rather than off the tagger's elements, and the name (rows of their own in an
+# explanation; the pair features, which read the tagger's elements, do not see them).
+TEXT_CONFLICTS = ("numbers", "lane", "group", "name")
 
 
 def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
@@ -535,6 +524,16 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
+def conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
+    """Where two parsed addresses are two places: :func:`number_conflicts`, and element ``name`` when both name a
+    place and the names are two places (:func:`mgeo_index.query.names.name_conflict`). ``{element: (query,
+    candidate)}``; empty when nothing conflicts."""
+    out = number_conflicts(qa, qb)
+    if names := name_conflict(qa, qb):
+        out["name"] = names
+    return out
+
+
 def _same(name: str, a: str, b: str) -> bool:
     kind = "poi" if name == "subpoi" else name
     ca, cb = _core(kind, a), _core(kind, b)
@@ -556,7 +555,7 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
     Elements absent on both sides are left out.
     """
     sa, sb = _spans(qa), _spans(qb)
-    conflicts = number_conflicts(qa, qb)
+    found = conflicts(qa, qb)
     admin_a, admin_b = qa["admin"], qb["admin"]
     rows = {}
     for name in EXPLAIN_ORDER:
@@ -565,8 +564,8 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
             inferred = [side for side, adm in (("query", admin_a), ("candidate", admin_b)) if name in adm["inferred"]]
             a, b = admin_a[name], admin_b[name]
             state = "agree" if admin_a[f"{name}_code"] == admin_b[f"{name}_code"] else "differ"
-        elif name in conflicts:  # the values compared: a room with its floor (12楼02), a floor against a room
-            state, (a, b) = "differ", conflicts[name]
+        elif name in found:  # the values compared: a room with its floor (12楼02), a floor against a room
+            state, (a, b) = "differ", found[name]
         elif a and b:
             if name in NUMBERED and number_value(name, a) and number_value(name, b):
                 state = "agree"  # a number in common (ranges, several spans: number_conflicts)
@@ -580,8 +579,8 @@ def compare_parsed(qa: dict, qb: dict) -> dict[str, tuple[str, str | None, str |
             continue
         rows[name] = (state, a, b, inferred)
     for name in TEXT_CONFLICTS:  # conflicts read off the text rather than off the tagger's elements
-        if name in conflicts:
-            rows[name] = ("differ", *conflicts[name], [])
+        if name in found:
+            rows[name] = ("differ", *found[name], [])
     return rows
 
 

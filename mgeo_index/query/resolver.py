@@ -21,7 +21,7 @@ from mgeo_index.runtime import inference
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.settings import LABELS
-from mgeo_index.text import has_content, model_text
+from mgeo_index.text import has_content, model_text, with_name
 from mgeo_index.text.parser import parse, parser_version
 
 if TYPE_CHECKING:  # the models: torch modules, or the numpy backend's (mgeo_index.model.numpy_backend)
@@ -64,6 +64,7 @@ class Resolver:
     numbers: str = number_policy.DEFAULT  # the number policy of reranked labels (mgeo_index.model.numbers)
     profile: str = "default"  # which bundled cross-encoder reranks (settings.PROFILES)
     profile_note: str | None = None  # why, when it was chosen for a GPU
+    name_column: str | None = None  # the catalog column naming each entry's place (build --name-column), if any
 
     def resolve(
         self,
@@ -78,6 +79,7 @@ class Resolver:
         confirmed: bool = True,
         parses: Sequence[dict] | None = None,
         numbers: str | None = None,
+        names: Sequence[str | None] | None = None,
     ) -> list[list[dict]]:
         """For each query, up to ``top_k`` matches, best first (see README for the fields).
 
@@ -93,13 +95,20 @@ class Resolver:
         normalize job parses each address once, for its admin columns and for this). ``numbers``: ``strict``
         (a candidate writing another road / house / building / floor / unit / room number than the query is not
         ``exact_match`` and ranks below those that agree) or ``loose`` (the scorer alone); the resolver's own
-        setting when None (:mod:`mgeo_index.model.numbers`).
+        setting when None (:mod:`mgeo_index.model.numbers`). ``names``: each query's place name, for queries
+        kept as name + address (None or empty where a query has none): the query matches as its address with the
+        name after it (:func:`~mgeo_index.text.with_name`), and the name is compared with each entry's
+        (:mod:`mgeo_index.query.names`). An index built with ``--name-column`` gives each match its ``name``.
         """
         numbers = number_policy.check_mode(numbers or self.numbers)
         if retrieval not in RETRIEVALS:
             raise ValueError(f"retrieval must be one of {RETRIEVALS}, not {retrieval!r}")
         if parses is not None and len(parses) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(parses)} parses")
+        if names is not None and len(names) != len(queries):
+            raise ValueError(f"{len(queries)} queries but {len(names)} names")
+        names = [n.strip() if n and n.strip() else None for n in names] if names is not None else [None] * len(queries)
+        queries = [with_name(q, n) for q, n in zip(queries, names)]
         if retrieval != "dense" and self.sparse is None:
             retrieval = "dense"  # an index built before sparse retrieval existed
         normalized = [model_text(q) for q in queries]
@@ -126,6 +135,7 @@ class Resolver:
         query_parses = None
         if admin_filter or explain or needs_parses:
             query_parses = list(parses) if parses is not None else parse(normalized)
+            query_parses = [p | {"name": n} if n else p for p, n in zip(query_parses, names)]
         if admin_filter:
             candidates = self._same_admin(query_parses, candidates)
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
@@ -142,6 +152,7 @@ class Resolver:
                         "source_id": entries[i]["source_id"],
                         "address": entries[i]["address"],
                         "score": score,
+                        **self._name_of(entries[i]),
                         "_normalized": entries[i]["normalized"],
                         "_fused": fused / top_fused,  # 1.0 for the best-retrieved candidate
                     }
@@ -194,7 +205,8 @@ class Resolver:
                 if i not in entries:
                     continue
                 base = dict(by_id.get(i) or {"id": i, "source_id": entries[i]["source_id"], "address": entries[i]["address"],
-                                             "score": self._cosines(self._vector_of(text), [i])[0]})
+                                             "score": self._cosines(self._vector_of(text), [i])[0],
+                                             **self._name_of(entries[i])})
                 if reranked:
                     base.update(label="exact_match", probability=1.0,
                                 probabilities={label: float(label == "exact_match") for label in LABELS})
@@ -206,6 +218,13 @@ class Resolver:
             out.append((first + [m for m in matches if m["id"] not in skip])[:top_k])
         return out
 
+    def _name_of(self, entry: dict) -> dict:
+        """``{"name": …}`` of a stored entry when the catalog has a name column (None where its cell is empty);
+        nothing otherwise."""
+        if self.name_column is None:
+            return {}
+        return {"name": (entry.get("extra") or {}).get(self.name_column, "").strip() or None}
+
     def _vector_of(self, text: str) -> np.ndarray:
         return inference.encode(self.bi, [text], device=self.device)[0]
 
@@ -216,16 +235,17 @@ class Resolver:
 
     def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
         """Each query's parse with its candidates' parses: read from the store (written by ``build``; with the
-        entry's normalized ``text``, as a parse has it), parsed now for entries built before that existed or by
-        another parser version."""
+        entry's normalized ``text``, as a parse has it, and its ``name`` where the catalog has a name column), parsed
+        now for entries built before that existed or by another parser version."""
         known = self._current_elements([m["id"] for matches in results for m in matches])
         missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
         fresh = dict(zip(missing, parse(missing))) if missing else {}
-        return [
-            (query, {m["id"]: known[m["id"]] | {"text": m["_normalized"]} if m["id"] in known else fresh[m["_normalized"]]
-                     for m in matches})
-            for query, matches in zip(query_parses, results)
-        ]
+
+        def candidate(m: dict) -> dict:
+            found = known[m["id"]] | {"text": m["_normalized"]} if m["id"] in known else fresh[m["_normalized"]]
+            return found | {"name": m["name"]} if m.get("name") else found
+
+        return [(query, {m["id"]: candidate(m) for m in matches}) for query, matches in zip(query_parses, results)]
 
     def _current_elements(self, ids: list[int]) -> dict[int, dict]:
         """The stored parses of these entries that the current parser made (``build`` writes them)."""
@@ -353,6 +373,7 @@ def open_resolver(
                                backend=backend, rerank=rerank, profile=profile)
     resolver = _on_generation(index_dir, eng, descriptor, bi, cross, device)
     resolver.numbers, resolver.profile, resolver.profile_note = numbers, profile, profile_note
+    resolver.name_column = store.catalog_name_column(eng, descriptor["catalog"])
     return resolver
 
 
@@ -370,6 +391,7 @@ def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) 
     check_index_model(resolver.bi.fingerprint, resolver.bi.path, descriptor, index_dir)
     reopened = _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
     reopened.numbers, reopened.profile, reopened.profile_note = resolver.numbers, resolver.profile, resolver.profile_note
+    reopened.name_column = store.catalog_name_column(resolver.engine, descriptor["catalog"])
     return reopened
 
 

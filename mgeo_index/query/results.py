@@ -18,6 +18,8 @@ class Match:
     decision), ``probability`` (of that label) and ``probabilities`` (all three); an explained one has
     ``explain`` ({element: {"state": agree | differ | only_a | only_b, "a": …, "b": …}}). ``source`` is
     ``"confirmed"`` for an entry a reviewer confirmed as this query's place (``mgeo-index review``), else None.
+    ``name`` is the entry's name, from an index built with ``--name-column`` (None otherwise, or where its cell is
+    empty).
     """
 
     id: int
@@ -29,6 +31,7 @@ class Match:
     probabilities: dict[str, float] | None = None
     explain: dict[str, dict] | None = None
     source: str | None = None
+    name: str | None = None
 
     @property
     def reranked(self) -> bool:
@@ -36,6 +39,8 @@ class Match:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "source_id": self.source_id, "address": self.address, "score": self.score}
+        if self.name is not None:
+            out["name"] = self.name
         if self.label is not None:
             out.update(label=self.label, probability=self.probability, probabilities=dict(self.probabilities or {}))
         if self.explain is not None:
@@ -48,7 +53,8 @@ class Match:
     def from_dict(cls, data: dict[str, Any]) -> "Match":
         return cls(id=int(data["id"]), address=data["address"], source_id=data.get("source_id"), score=data.get("score"),
                    label=data.get("label"), probability=data.get("probability"),
-                   probabilities=data.get("probabilities"), explain=data.get("explain"), source=data.get("source"))
+                   probabilities=data.get("probabilities"), explain=data.get("explain"), source=data.get("source"),
+                   name=data.get("name"))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from mgeo_index.service.config import ServeConfig
 from mgeo_index.service.metrics import Metrics, create_metrics
 from mgeo_index.service.middleware import BodyLimit, Guard
 from mgeo_index.service.schemas import MatchRequest, ResolveRequest
-from mgeo_index.text import has_content, model_text, normalize, printable
+from mgeo_index.text import has_content, model_text, normalize, printable, query_key, with_name
 
 log = logging.getLogger("mgeo_index.service")
 
@@ -162,13 +162,26 @@ def create_app(config: ServeConfig) -> FastAPI:
         field = "query" if body.query is not None else "queries"
         if not queries:
             raise _invalid(["queries"], "the list is empty; give at least one address")
+        if (body.name is not None and body.query is None) or (body.names is not None and body.queries is None):
+            raise _invalid(["name" if body.name is not None else "names"],
+                           "give 'name' with 'query', 'names' with 'queries'")
+        names = [body.name] if body.query is not None else body.names or [None] * len(queries)
+        if len(names) != len(queries):
+            raise _invalid(["names"], f"{len(names)} names for {len(queries)} queries; give one per query (null where none)")
+        names = [n.strip() if n and n.strip() else None for n in names]
         if len(queries) > config.max_items:
             raise HTTPProblem(413, f"'queries' has {len(queries)} addresses; at most {config.max_items} per request "
                                    "(--max-items): split it", "too_large")
         if body.top_k > config.max_top_k:
             raise _invalid(["top_k"], f"top_k is {body.top_k}; at most {config.max_top_k} (--max-top-k)")
+        for i, n in enumerate(names):
+            if n is not None and len(n) > config.max_chars:
+                raise _invalid(["name"] if field == "query" else ["names", i],
+                               f"name is {len(n)} characters; at most {config.max_chars} (--max-chars)")
         normalized = [_check_text(q, [field] if field == "query" else [field, i], config.max_chars)
                       for i, q in enumerate(queries)]
+        # a named query is its address with the name after it, and the name: kept and batched as such
+        normalized = [query_key(q, n) for q, n in zip(normalized, names)]
         lane = _lane(request, body.priority)
         deadline = _deadline(request, config)
         loaded = _ready(state)
@@ -185,13 +198,14 @@ def create_app(config: ServeConfig) -> FastAPI:
             # reviewers' decisions (mgeo-index review) on cached results: one store query, so a new label counts at
             # once (fresh results come with them from the batch, one store query for the whole batch)
             confirmed = await aside(
-                loaded.resolver.apply_confirmations, [model_text(normalized[i], normalized=True) for i in hit], [cached[i] for i in hit],
-                top_k=body.top_k, explain=body.explain, rerank=body.rerank)
+                loaded.resolver.apply_confirmations, [model_text(with_name(queries[i], names[i])) for i in hit],
+                [cached[i] for i in hit], top_k=body.top_k, explain=body.explain, rerank=body.rerank)
             for i, answer in zip(hit, confirmed):
                 answers[i] = answer
         missing = [i for i, c in enumerate(cached) if c is None]
         if missing:
-            version, results = await _submit(state, Submission("resolve", params, [queries[i] for i in missing], lane), deadline)
+            version, results = await _submit(
+                state, Submission("resolve", params, [(queries[i], names[i]) for i in missing], lane), deadline)
             fresh = {}
             for i, (matches, answer) in zip(missing, results):
                 answers[i] = answer
@@ -200,7 +214,8 @@ def create_app(config: ServeConfig) -> FastAPI:
                 await state.cache.set_many(fresh)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
         made_with = {"profile": loaded.resolver.profile, "numbers": loaded.resolver.numbers} if body.rerank else {}
-        objects = [{"query": printable(q), "matches": m} | made_with for q, m in zip(queries, answers)]
+        objects = [{"query": printable(q)} | ({"name": printable(n)} if n else {}) | {"matches": m} | made_with
+                   for q, n, m in zip(queries, names, answers)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})
 
     @app.post("/v1/match", summary="Label address pairs exact_match / partial_match / not_match with probabilities")

@@ -15,7 +15,7 @@ from mgeo_index.catalog import generations
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.query.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission
-from mgeo_index.text import model_text
+from mgeo_index.text import model_text, with_name
 
 # Written unlike any catalog entry on purpose: warm-up must go through every stage of a resolve.
 WARMUP_QUERIES = (
@@ -111,10 +111,11 @@ def run_batch(loaded: Loaded, submissions: list[Submission]) -> list[tuple[str, 
             # the cache keeps results without reviewers' decisions, which are applied again to every cached answer
             # (app.py): a new label shows at once
             resolver = loaded.resolver
-            results = resolver.resolve(items, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
-                                       confirmed=False)
-            answers = resolver.apply_confirmations([model_text(q) for q in items], results, top_k=top_k, explain=explain,
-                                                   rerank=rerank)
+            queries, names = [q for q, _ in items], [n for _, n in items]  # an item: (query, its place name or None)
+            results = resolver.resolve(queries, top_k=top_k, rerank=rerank, explain=explain, retrieval=retrieval,
+                                       confirmed=False, names=names)
+            answers = resolver.apply_confirmations([model_text(with_name(q, n)) for q, n in items], results, top_k=top_k,
+                                                   explain=explain, rerank=rerank)
             results = list(zip(results, answers))
         elif kind == "match":
             (explain,) = params

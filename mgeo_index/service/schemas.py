@@ -10,6 +10,10 @@ class ResolveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: StrictStr | None = Field(None, description="One address (answer: one object).")
     queries: list[StrictStr] | None = Field(None, description="Several addresses (answer: {'results': [...]}).")
+    name: StrictStr | None = Field(None, description="The place's name, with 'query' (a shop kept as name + address): "
+                                   "matched with the address and compared with each entry's name.")
+    names: list[StrictStr | None] | None = Field(None, description="Each query's place name, with 'queries' (null or "
+                                                 "\"\" where one has none).")
     top_k: int = Field(10, ge=1, description="Matches per query (at most --max-top-k).")
     rerank: bool = True
     explain: bool = False

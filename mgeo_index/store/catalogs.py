@@ -49,6 +49,7 @@ class Catalog(Base):
     current_generation_id: Mapped[int | None] = mapped_column(Integer)  # migration 0003: the readers' pointer
     numbers: Mapped[str | None] = mapped_column(String(16))  # migration 0008: the number policy (None: the default)
     profile: Mapped[str | None] = mapped_column(String(16))  # migration 0009: the profile (None: chosen at query time)
+    name_column: Mapped[str | None] = mapped_column(String(255))  # migration 0010: the entries' names (None: in the text)
 
 
 _LIVE = text("retired_at IS NULL")
@@ -88,9 +89,10 @@ def get_or_create_catalog(
     engine: Engine, name: str, *, source: str | None, address_column: str | None, id_column: str | None,
     numbers: str | None = None,
     profile: str | None = None,
+    name_column: str | None = None,
 ) -> int:
-    """Id of catalog ``name``, creating it if needed; source and columns are updated either way, the number policy
-    when given (a rebuild without one keeps the catalog's)."""
+    """Id of catalog ``name``, creating it if needed; source and columns are updated either way, the number policy,
+    profile and name column when given (a rebuild without one keeps the catalog's)."""
     with Session(engine) as session, session.begin():
         catalog = session.scalar(select(Catalog).where(Catalog.name == name))
         if catalog is None:
@@ -99,6 +101,8 @@ def get_or_create_catalog(
         catalog.source = None if source is None else str(source)
         catalog.address_column = address_column
         catalog.id_column = id_column
+        if name_column is not None:
+            catalog.name_column = name_column
         if numbers is not None:
             catalog.numbers = numbers
         if profile is not None:
@@ -124,6 +128,12 @@ def catalog_profile(engine: Engine, name: str) -> str | None:
     """The profile catalog ``name`` was built for (None: not set, or no such catalog)."""
     with Session(engine) as session:
         return session.scalar(select(Catalog.profile).where(Catalog.name == name))
+
+
+def catalog_name_column(engine: Engine, name: str) -> str | None:
+    """The column that names catalog ``name``'s entries (None: none, names read off the text, or no such catalog)."""
+    with Session(engine) as session:
+        return session.scalar(select(Catalog.name_column).where(Catalog.name == name))
 
 
 def catalog_id(engine: Engine, name: str) -> int | None:

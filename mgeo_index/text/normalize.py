@@ -152,6 +152,21 @@ def model_text(text: str, *, normalized: bool = False) -> str:
     return (text if normalized else normalize(text))[: settings.MAX_QUERY_CHARS]
 
 
+def with_name(address: str, name: str | None) -> str:
+    """A place kept as address + name, as one text to match (the way map catalogs write a POI: 建国路88号肯德基):
+    the address with its name after it, or the address alone when it has no name or already writes it."""
+    if not name or not name.strip() or normalize(name) in normalize(address):
+        return address
+    return f"{address}{name.strip()}"
+
+
+def query_key(address: str, name: str | None = None) -> str:
+    """One query as the resolver reads it (:func:`model_text` of the address with its name after it), with its name
+    field: the key its answer is kept under (a job's repeated rows, the service's cache)."""
+    text = model_text(with_name(address, name))
+    return f"{text}\x1f{name}" if name else text
+
+
 def has_content(text: str) -> bool:
     """Whether a (normalized) address has a letter or digit: "..." (from "…") or "-" alone has nothing to match."""
     return any(ch.isalnum() for ch in text)

@@ -1,0 +1,92 @@
+"""The name of a place in an address, and when two names make two places.
+
+At one door there are many shops: 文明路564号顺丰窗帘 and 文明路564号21世纪不动产 share every number, and only
+the name tells them apart. A name is the shop / POI part of an address — the spans the tagger labels ``poi``,
+``subpoi`` and ``devzone``, less what stands in parentheses — or, for a catalog or a query kept as name + address,
+the name field itself (``parsed["name"]``).
+
+Two names are two places when neither writes anything the other address writes: no two characters in a row of one
+name appear in the other side's address below its admin levels (its name included), and none the other way round.
+Name variants keep a pair of characters in common — a branch in parentheses (肯德基(万达店) ~ 肯德基), 店 / 分店, a
+company's full name (上海美维电子有限公司 ~ 美维电子), width and punctuation (normalization) — and so never conflict.
+On the CCKS2021 train and calibration splits, of the 2,071 pairs whose names conflict so, 0.7% are labelled
+``exact_match`` (at one door, the same road number on both sides: 0.4% of 279), against 7.5% of all pairs: a
+conflicting name is rarely the same place. Names that share a pair of characters but tell two kinds of shop (顺丰窗帘
+/ 顺丰家具) are left to the scorer: of such pairs at one door, 6% are labelled ``exact_match`` (美维科技 / 上海美维电子
+有限公司 is one company), too many for a rule.
+"""
+from __future__ import annotations
+
+import re
+
+_ADMIN_LABELS = ("prov", "city", "district", "town")
+NAME_LABELS = ("poi", "subpoi", "devzone")
+_BRACKETED = re.compile(r"\([^()]*\)|[()]")
+# Words that say where at a place, not which place: a gate (北门, 3号门), nearby, opposite, a garage, …
+_WHERE = re.compile(
+    r"(?:[东西南北正侧后前][0-9一二三四五六七八九十]*|[0-9一二三四五六七八九十]+号?)门口?|门口|附近|对面|旁边|隔壁|"
+    r"楼下|楼上|里面|院内|院子里|方向|交叉口|路口|车库|地下室|停车场|[0-9a-z]+|[^\u4e00-\u9fff]"
+)
+MIN_NAME = 2  # characters a name needs, once the words of :data:`_WHERE` are dropped, to tell a place
+
+
+def below_admin(parsed: dict) -> str:
+    """The normalized text less its admin spans (wherever they are: a POI name may end on one, 温州市良荣修理厂)."""
+    text, end = parsed["text"], 0
+    kept = []
+    for e in parsed["elements"]:
+        if e["label"] in _ADMIN_LABELS:
+            kept.append(text[end:e["start"]])
+            end = e["end"]
+    return "".join(kept) + text[end:]
+
+
+def _bracketed(text: str, start: int) -> bool:
+    """Whether position ``start`` of ``text`` lies inside parentheses (a branch or a landmark: 优品文化创意园(百易广场西))."""
+    return text.count("(", 0, start) > text.count(")", 0, start)
+
+
+def written_name(parsed: dict) -> str:
+    """The place's name as a parsed address writes it: its name field when it has one (``parsed["name"]``), else
+    the spans the tagger labels ``poi``, ``subpoi`` or ``devzone`` (a park by its name: 优品文化创意园), in order;
+    what stands in parentheses (a branch, a landmark near by) dropped."""
+    given = parsed.get("name")
+    if given is None:
+        text = parsed["text"]
+        given = "".join(e["text"] for e in parsed["elements"]
+                        if e["label"] in NAME_LABELS and not _bracketed(text, e["start"]))
+    return _BRACKETED.sub("", given.lower())
+
+
+def _parts(parsed: dict) -> list[str]:
+    """:func:`written_name` cut where it says where at a place (北门, 附近, 车库, digits and letters): the parts that
+    tell the place."""
+    return [part for part in _WHERE.split(written_name(parsed)) if part]
+
+
+def name_of(parsed: dict) -> str:
+    """What tells the place in a parsed address: its :func:`written_name` less the words that say where at a place
+    (北门, 附近, 车库, digits and letters). Empty when less than :data:`MIN_NAME` characters are left."""
+    name = "".join(_parts(parsed))
+    return name if len(name) >= MIN_NAME else ""
+
+
+def _pairs(text: str) -> set[str]:
+    return {text[i : i + 2] for i in range(len(text) - 1)}
+
+
+def _name_pairs(parsed: dict) -> set[str]:
+    """The pairs of characters in a row of the name's parts (none across a word dropped between two parts)."""
+    return set().union(*(_pairs(part) for part in _parts(parsed)))
+
+
+def name_conflict(qa: dict, qb: dict) -> tuple[str, str] | None:
+    """(query name, candidate name), as written, when both addresses name a place and the names are two places (see
+    the module docstring); None when either names none, or a name shares a pair of characters with the other
+    address."""
+    if not name_of(qa) or not name_of(qb):
+        return None
+    text_a, text_b = below_admin(qa) + qa.get("name", ""), below_admin(qb) + qb.get("name", "")
+    if _name_pairs(qa) & _pairs(text_b.lower()) or _name_pairs(qb) & _pairs(text_a.lower()):
+        return None
+    return written_name(qa), written_name(qb)
