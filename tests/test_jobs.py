@@ -441,7 +441,7 @@ def test_repeated_addresses_are_resolved_once_per_job_with_the_same_answers():
             self.parsed: list[str] = []
             self.names: list[str] = []
 
-        def resolve(self, batch, top_k, rerank, parses, numbers=None, names=None):
+        def resolve(self, batch, top_k, rerank, parses, numbers=None, names=None, explain=False):
             self.seen += batch
             self.names += names
             self.parsed += [p["text"] for p in parses]  # the job's one parse of each address, handed over

@@ -240,3 +240,29 @@ def test_a_name_column_is_read_checked_and_kept_by_a_rebuild(tmp_path):
     assert [r.line for r in rejects] == [4] and "control character" in rejects[0].reason and "'name'" in rejects[0].reason
     with pytest.raises(CatalogError, match="also the address"):
         read_catalog(path, address_column="address", name_column="address")
+
+
+def test_normalize_explains_each_answer_with_both_values_and_review_reads_its_output(named_index, tmp_path):
+    import json
+
+    from mgeo_index.review.queue import _job_rows
+
+    stores = tmp_path / "stores.csv"
+    stores.write_text("store,addr,shop\ns1,福田区文明路564号,名仕之家\ns4,福田区文明路564号,链家地产\ns5,,x\n",
+                      encoding="utf-8")
+    out = tmp_path / "out.csv"
+    ran = _cli("normalize", stores, "--index-dir", named_index / "idx", "--out", out, "--address-column", "addr",
+               "--name-column", "shop", "--explain", "--device", "cpu")
+    assert ran.exit_code == 0, ran.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        header = next(csv.reader(fh))
+        fh.seek(0)
+        rows = {r["store"]: r for r in csv.DictReader(fh)}
+    assert header[-1] == "explain"
+    same, other = json.loads(rows["s1"]["explain"]), json.loads(rows["s4"]["explain"])
+    assert same["roadno"] == {"state": "agree", "query": "564号", "candidate": "564号", "text": "roadno agrees: 564号"}
+    assert "name" not in same
+    assert other["name"]["state"] == "differ" and other["name"]["query"] == "链家地产"
+    assert rows["s5"]["status"] == "rejected" and rows["s5"]["explain"] == ""
+    assert [(a, s) for a, s, _ in _job_rows(out, "csv", "addr")] == [
+        ("福田区文明路564号", rows["s1"]["status"]), ("福田区文明路564号", rows["s4"]["status"]), ("", "rejected")]

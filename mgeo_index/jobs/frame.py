@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mgeo_index.jobs.parts import RESULT_PREFIX
-from mgeo_index.jobs.policy import RESULT_COLUMNS, Policy, rejected, resolve_outcomes
+from mgeo_index.jobs.policy import Policy, rejected, resolve_outcomes, result_columns
 from mgeo_index.text import has_content, model_text
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ PANDAS_HINT = "AddressIndex.normalize needs pandas: pip install 'mgeo-index[pand
 
 def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
                     margin: float | None = None, top_k: int | None = None, batch_size: int = 256,
-                    name_column: str | None = None) -> "pd.DataFrame":
+                    name_column: str | None = None, explain: bool = False) -> "pd.DataFrame":
     try:
         import pandas as pd
     except ImportError:
@@ -34,7 +34,7 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
     defaults = Policy()
     policy = Policy(min_probability=defaults.min_probability if min_probability is None else min_probability,
                     margin=defaults.margin if margin is None else margin,
-                    top_k=defaults.top_k if top_k is None else top_k)
+                    top_k=defaults.top_k if top_k is None else top_k, explain=explain)
     def cells(column: str) -> list[str]:
         return ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in frame[column]]
 
@@ -49,6 +49,7 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
             rows.append(next(found))
         else:
             rows.append(rejected("empty address" if not text.strip() else "address has no letters or digits left after normalization"))
-    prefix = RESULT_PREFIX if set(RESULT_COLUMNS) & set(map(str, frame.columns)) else ""
-    result = pd.DataFrame(rows, index=frame.index, columns=list(RESULT_COLUMNS))
+    columns = result_columns(explain)
+    prefix = RESULT_PREFIX if set(columns) & set(map(str, frame.columns)) else ""
+    result = pd.DataFrame(rows, index=frame.index, columns=list(columns))
     return pd.concat([frame, result.add_prefix(prefix)], axis=1)

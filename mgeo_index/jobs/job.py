@@ -43,11 +43,11 @@ from mgeo_index.jobs.policy import (
     DEFAULT_MARGIN,
     DEFAULT_MIN_PROBABILITY,
     DEFAULT_TOP_K,
-    RESULT_COLUMNS,
     STATUSES,
     JobError,
     Policy,
     rejected,
+    result_columns,
 )
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
@@ -205,6 +205,7 @@ def run_job(
     raw_values: bool = False,
     profile: str | None = None,
     name_column: str | None = None,
+    explain: bool = False,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
@@ -218,7 +219,8 @@ def run_job(
     cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
     :mod:`mgeo_index.tables`). ``name_column``: the input column naming each row's place (a store table kept as
     name + address): a row resolves as its address with the name after it, the name compared with each entry's
-    (:mod:`mgeo_index.query.names`).
+    (:mod:`mgeo_index.query.names`). ``explain``: a last column, ``explain``, with the best candidate's comparison
+    element by element, both values included (the API's objects, as JSON).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -243,7 +245,7 @@ def run_job(
     db_url = settings.database_url(index_dir, db)
     numbers, profile = _index_settings(index_dir, db_url, numbers, profile)
     ident = index_identity(index_dir, model, cross_model, profile)
-    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers)
+    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
         name_column=name_column,
@@ -256,10 +258,10 @@ def run_job(
         "min_probability": min_probability,
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
-        "output_columns": list(RESULT_COLUMNS),  # parts of a job must all have the same columns
+        "output_columns": list(result_columns(explain)),  # parts of a job must all have the same columns
         "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
     }
-    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values)
+    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values, explain=explain)
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
     resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],

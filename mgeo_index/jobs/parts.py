@@ -10,7 +10,7 @@ from typing import Any
 from mgeo_index.files import replace_atomic
 from mgeo_index.tables import TableWriter
 from mgeo_index.jobs.inputs import Chunk, as_text, require_pyarrow
-from mgeo_index.jobs.policy import RESULT_COLUMNS
+from mgeo_index.jobs.policy import result_columns
 
 RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already has a column of that name
 
@@ -18,11 +18,13 @@ RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already ha
 class PartWriter:
     """Writes one chunk's output rows as a part file and merges parts into the output."""
 
-    def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False) -> None:
+    def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False,
+                 explain: bool = False) -> None:
         self.fmt, self.out, self.raw = fmt, out, raw  # raw: CSV cells as they are (formulas not neutralised)
         self.input_columns = input_columns
-        prefix = RESULT_PREFIX if set(RESULT_COLUMNS) & set(input_columns) else ""
-        self.result_columns = [prefix + c for c in RESULT_COLUMNS]
+        self.columns = result_columns(explain)  # the result fields written, in order
+        prefix = RESULT_PREFIX if set(self.columns) & set(input_columns) else ""
+        self.result_columns = [prefix + c for c in self.columns]
         self.delimiter = "\t" if out.suffix.lower() in (".tsv", ".tab") else ","
         if fmt == "parquet":
             require_pyarrow()
@@ -44,7 +46,7 @@ class PartWriter:
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
                     writer = TableWriter(fh, self.delimiter, raw=self.raw)
                     for record, res in zip(chunk.records, results):
-                        writer.writerow(as_text(record.values) + [res[c] for c in RESULT_COLUMNS])
+                        writer.writerow(as_text(record.values) + [res[c] for c in self.columns])
 
         replace_atomic(path, write)
         return path.stat().st_size
@@ -53,7 +55,7 @@ class PartWriter:
         import pyarrow as pa
 
         arrays = []
-        for c in RESULT_COLUMNS:
+        for c in self.columns:
             values = [r[c] for r in results]
             if c == "probability":
                 arrays.append(pa.array(values, type=pa.float64()))

@@ -20,6 +20,8 @@ STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
 #: the input address's standardized admin levels (mgeo_index.text.parser), inferred levels included
 ADMIN_COLUMNS = tuple(f"admin_{level}{suffix}" for level in ("province", "city", "district") for suffix in ("", "_code"))
 RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability", "alternatives", "reason") + ADMIN_COLUMNS
+#: with ``explain``, a last column: the best candidate's comparison, element by element, with both values (JSON)
+EXPLAIN_COLUMN = "explain"
 DEFAULT_MIN_PROBABILITY = 0.5
 #: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
 DEFAULT_MARGIN = 0.1
@@ -39,6 +41,13 @@ class Policy:
     margin: float = DEFAULT_MARGIN
     top_k: int = DEFAULT_TOP_K
     numbers: str | None = None  # strict / loose (mgeo_index.model.numbers); None: the resolver's
+    explain: bool = False  # add EXPLAIN_COLUMN
+
+
+def result_columns(explain: bool = False) -> tuple[str, ...]:
+    """The columns a job adds to each input row: :data:`RESULT_COLUMNS`, then :data:`EXPLAIN_COLUMN` with
+    ``explain``."""
+    return RESULT_COLUMNS + ((EXPLAIN_COLUMN,) if explain else ())
 
 
 def relevance(match: dict) -> float:
@@ -59,7 +68,7 @@ def admin_columns(parsed: dict | None) -> dict[str, str]:
 def rejected(reason: str) -> dict[str, Any]:
     """The output fields of a row that failed validation."""
     return {"status": "rejected", "match_id": "", "match_address": "", "label": "", "probability": None,
-            "alternatives": "", "reason": reason, **admin_columns(None)}
+            "alternatives": "", "reason": reason, **admin_columns(None), EXPLAIN_COLUMN: ""}
 
 
 def _public_id(match: dict) -> str:
@@ -82,11 +91,13 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     ]
     out: dict[str, Any] = {
         "status": "unmatched", "match_id": "", "match_address": "", "label": "", "probability": None,
-        "alternatives": json.dumps(alternatives, ensure_ascii=False), "reason": "",
+        "alternatives": json.dumps(alternatives, ensure_ascii=False), "reason": "", EXPLAIN_COLUMN: "",
     }
     if not matches:
         return out
     best = matches[0]
+    if "explain" in best:  # the API's objects: {element: {state, query, candidate, text}}
+        out[EXPLAIN_COLUMN] = json.dumps(best["explain"], ensure_ascii=False)
     out["label"] = best.get("label", "")
     out["probability"] = best.get("probability")
     if best.get("label") == "not_match":
@@ -122,7 +133,7 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
         texts = [model_text(with_name(a, n)) for _, (a, n) in batch]  # as the resolver reads them
         parses = parse(texts)
         answers = resolver.resolve(texts, top_k=policy.top_k, rerank=True, parses=parses, numbers=policy.numbers,
-                                   names=[n for _, (_, n) in batch])
+                                   names=[n for _, (_, n) in batch], explain=policy.explain)
         for (key, _), matches, parsed in zip(batch, answers, parses):
             memo[key] = decide(matches, policy) | admin_columns(parsed)
     out = [dict(memo[k]) for k in keys]

@@ -21,7 +21,8 @@ import numpy as np
 from sqlalchemy import select, update
 
 from mgeo_index import settings, store
-from mgeo_index.jobs.policy import RESULT_COLUMNS
+from mgeo_index.jobs.parts import RESULT_PREFIX
+from mgeo_index.jobs.policy import EXPLAIN_COLUMN, RESULT_COLUMNS
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.text import model_text, normalize, printable
 
@@ -105,7 +106,8 @@ def job_queries(engine, job_id: int, below: float = DEFAULT_BELOW) -> list[tuple
 
 def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
     """(address, status, probability) of each row of a job output (CSV/TSV as the job wrote it, or
-    Parquet). The result columns are the last len(RESULT_COLUMNS), whatever their prefix."""
+    Parquet). The result columns are the last len(RESULT_COLUMNS), whatever their prefix, but for an ``explain``
+    column after them (``normalize --explain``)."""
     if fmt == "parquet":
         from mgeo_index.jobs.inputs import require_pyarrow
 
@@ -121,7 +123,8 @@ def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tupl
 
 
 def _pick(header: list[str], rows, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
-    first_result = len(header) - len(RESULT_COLUMNS)
+    explained = bool(header) and header[-1] in (EXPLAIN_COLUMN, RESULT_PREFIX + EXPLAIN_COLUMN)  # normalize --explain
+    first_result = len(header) - len(RESULT_COLUMNS) - explained
     status_at = first_result + RESULT_COLUMNS.index("status")
     probability_at = first_result + RESULT_COLUMNS.index("probability")
     address_at = header.index(address_column) if address_column in header[:first_result] else 0
