@@ -180,6 +180,8 @@ class AddressIndex:
         one query, a list beside a list; None or "" where a query has none): matched with the address and compared
         with each entry's name (``build --name-column``, or the name its address writes).
         """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         texts = [queries] if isinstance(queries, str) else list(queries)
         given = None if names is None else [names] if isinstance(names, str) else list(names)
         if given is not None and len(given) != len(texts):

@@ -94,18 +94,29 @@ def _recorded_database(index_dir: Path) -> str | None:
 NUMBER_MODES = ("strict", "loose")
 
 
-def check_numbers(mode: str | None) -> str:
-    """``mode`` or the default number policy; a clear error for anything else."""
+def check_numbers(mode: str | None, source: str = "--numbers") -> str:
+    """``mode`` or the default number policy; a clear error naming where it came from (``source``) for anything
+    else."""
     mode = mode or NUMBER_MODES[0]
     if mode not in NUMBER_MODES:
-        raise ValueError(f"numbers must be one of {', '.join(NUMBER_MODES)}, not {mode!r}")
+        raise ValueError(f"{source} must be one of {', '.join(NUMBER_MODES)}, not {mode!r}")
     return mode
+
+
+def _chosen(flag: str | None, name: str, recorded: str | None) -> tuple[str | None, str]:
+    """(value, where it came from) by the one precedence: the flag ``--name`` > ``MGEO_INDEX_NAME`` > ``recorded``
+    (the index's)."""
+    if flag:
+        return flag, f"--{name}"
+    if env(name.upper()):
+        return env(name.upper()), ENV_PREFIX + name.upper()
+    return recorded, f"the {name} the index recorded (build --{name})"
 
 
 def numbers(mode: str | None = None, recorded: str | None = None) -> str:
     """The number policy (:mod:`mgeo_index.model.numbers`): ``--numbers`` > ``MGEO_INDEX_NUMBERS`` > ``recorded``
     (the index's, from ``build --numbers``) > strict: the precedence :func:`profile` follows too."""
-    return check_numbers(mode or env("NUMBERS") or recorded)
+    return check_numbers(*_chosen(mode, "numbers", recorded))
 
 
 def answer_settings(recorded_numbers: str | None, recorded_profile: str | None) -> dict[str, str]:
@@ -131,11 +142,11 @@ def device(name: str | None = None) -> str:
     """Torch device: ``--device`` > ``MGEO_INDEX_DEVICE`` > cuda when available > cpu."""
     import re
 
-    chosen = name or env("DEVICE")
+    chosen, source = _chosen(name, "device", None)
     if not chosen and not gpu_present():
         return "cpu"
     if chosen and not re.fullmatch(r"cpu|cuda(:\d+)?", chosen):
-        raise ValueError(f"--device must be cpu, cuda or cuda:N, not {chosen!r}")
+        raise ValueError(f"{source} must be cpu, cuda or cuda:N, not {chosen!r}")
     if chosen == "cpu":
         return chosen
     import torch
@@ -160,9 +171,9 @@ def cross_model_path(path: str | Path | None = None, profile: str | None = None)
     return Path(path or env("CROSS_MODEL") or PROFILE_CROSS_MODELS[check_profile(profile or "default")])
 
 
-def check_profile(name: str) -> str:
+def check_profile(name: str, source: str = "--profile") -> str:
     if name not in PROFILES:
-        raise ValueError(f"--profile must be one of {', '.join(PROFILES)}, not {name!r}")
+        raise ValueError(f"{source} must be one of {', '.join(PROFILES)}, not {name!r}")
     return name
 
 
@@ -170,9 +181,9 @@ def profile(name: str | None = None, recorded: str | None = None) -> tuple[str, 
     """(the profile, a note when it was chosen for a GPU): ``name`` (--profile) > ``MGEO_INDEX_PROFILE`` >
     ``recorded`` (the index's, from ``build --profile``) > accurate when a CUDA device is present > default.
     Never accurate silently on a CPU."""
-    chosen = name or env("PROFILE") or recorded
+    chosen, source = _chosen(name, "profile", recorded)
     if chosen:
-        return check_profile(chosen), None
+        return check_profile(chosen, source), None
     if device() != "cpu":
         return "accurate", "profile accurate: a CUDA device is present (--profile default for the small cross-encoder)"
     return "default", None
@@ -226,7 +237,9 @@ BACKENDS = ("torch", "bf16", "compile", "int8", "onnx", "numpy")
 def backend(name: str | None = None, device: str = "cpu") -> str:
     """Inference backend: ``--backend`` > ``MGEO_INDEX_BACKEND`` > ``DEFAULT_CPU_BACKEND`` (``torch`` on CUDA;
     ``numpy``, which computes without torch, falls back to these where it cannot compute a model)."""
-    chosen = name or env("BACKEND")
+    chosen, source = _chosen(name, "backend", None)
+    if chosen and chosen not in BACKENDS:
+        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}, not {chosen!r}")
     if chosen == "numpy" and str(device).startswith("cuda"):
         chosen = None
     return chosen or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)

@@ -241,7 +241,7 @@ def test_catalog_corpus_huge_field(tmp_path, tiny_model_dirs):
     assert (result.rows_inserted, result.rows_rejected) == (1, 2)
     reasons = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
     assert "address has 100000 characters, longer than the model's limit" in reasons
-    assert "field larger than field limit" in reasons  # the unclosed quote
+    assert "a field longer than 131,072 characters" in reasons  # the unclosed quote
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (FUZZ / "pairs").iterdir()))

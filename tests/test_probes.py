@@ -34,11 +34,27 @@ def _users_directory(path):
 def test_build_refuses_a_directory_holding_a_users_files_and_touches_none(tmp_path):
     target = tmp_path / "work"
     files = _users_directory(target)
-    with pytest.raises(NotAnIndexDirectory, match="--force"):
-        build(settings.SAMPLE_CATALOG, target, id_column="poi_id", device="cpu")
-    assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+    for force in (False, True):  # index.json and rejects.tsv bear a build's names: never written over
+        with pytest.raises(NotAnIndexDirectory, match=r"index\.json, rejects\.tsv\); a build never writes over"):
+            build(settings.SAMPLE_CATALOG, target, id_column="poi_id", device="cpu", force=force)
+        assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+    (target / "index.json").unlink(), (target / "rejects.tsv").unlink()
+    del files["index.json"], files["rejects.tsv"]
     result = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", target, "--id-column", "poi_id")
     assert result.exit_code != 0 and "--force" in result.output and "index-backup.faiss" in result.output
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_files_named_as_a_build_writes_them_are_a_users_when_no_build_of_ours_wrote_them(tmp_path, force):
+    target = tmp_path / "d"
+    target.mkdir()
+    files = {"rejects.tsv": b"mine\n", "index-1.faiss": b"mine\n", "sparse-1.npz": b"mine\n"}
+    for name, content in files.items():
+        (target / name).write_bytes(content)
+    args = ("--force",) if force else ()
+    result = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", target, "--id-column", "poi_id", *args)
+    assert result.exit_code == 1 and "never writes over them" in result.output
     assert {p.name: p.read_bytes() for p in target.iterdir()} == files
 
 
@@ -257,16 +273,40 @@ def test_review_refuses_huge_ids_throttles_wrong_keys_and_ends_sessions_at_logou
         token = login.cookies.get(SESSION_COOKIE) or client.cookies.get(SESSION_COOKIE)
         assert token and "s3cret-a" not in token
         assert client.get("/", headers={"Accept": "application/json"}).status_code == 200
+        visited = client.get("/logout", follow_redirects=False)  # a typed URL: back to the page, still logged in
+        assert visited.status_code == 303 and visited.headers["location"] == "/"
+        assert client.get("/", headers={"Accept": "application/json"}).status_code == 200
         client.post("/logout")
         client.cookies.set(SESSION_COOKIE, token)  # the old cookie, kept by an attacker
         assert client.get("/", headers={"Accept": "application/json"}).status_code == 401
 
+        reviewer = TestClient(create_app(state))  # logged in before the guessing starts (the same client address)
+        reviewer.post("/login", data={"key": "s3cret-a"}, follow_redirects=False)
         guesser = TestClient(create_app(state))
         state.throttle.seen.clear()  # the dead cookie above counted as one wrong try: start the count afresh
         codes = [guesser.post("/login", data={"key": f"guess-{i}"}).status_code for i in range(THROTTLE_FAILURES + 5)]
         assert codes[:THROTTLE_FAILURES] == [401] * THROTTLE_FAILURES and set(codes[THROTTLE_FAILURES:]) == {429}
         refused = guesser.post("/login", data={"key": "s3cret-a"})  # even the right key waits out the window
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert guesser.get("/", headers=json_key).status_code == 429  # a key in a header is a try too
+        # one client's wrong keys lock out no reviewer: a live session and the health check go on
+        assert reviewer.get("/", headers={"Accept": "application/json"}).status_code == 200
+        assert guesser.get("/healthz").status_code == 200
+
+
+def test_review_reads_no_forwarded_header_unless_told_which_proxies_send_it(sample_index, tmp_path, monkeypatch):
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    import uvicorn
+
+    queries = tmp_path / "queries.txt"
+    queries.write_text("深圳南山中山路75号东方科技园\n", encoding="utf-8")
+    index_dir = copy_index(sample_index, tmp_path / "idx")
+    runs = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: runs.append(options))
+    for extra in ((), ("--forwarded-allow-ips", "10.0.0.5")):
+        result = _cli("review", "--index-dir", index_dir, "--file", queries, "--port", "8731", *extra)
+        assert result.exit_code == 0, result.output
+    assert [(r["proxy_headers"], r["forwarded_allow_ips"]) for r in runs] == [(False, None), (True, "10.0.0.5")]
 
 
 # --------------------------------------------------------------------------- read-only indexes
@@ -312,6 +352,11 @@ def test_a_read_only_index_resolves_and_checks_and_a_build_there_says_what_it_ca
     built = _cli("build", settings.SAMPLE_CATALOG, "--index-dir", index_dir, "--id-column", "poi_id")
     assert built.exit_code != 0 and "read-only" in built.output and "Traceback" not in built.output
     assert len(built.output.strip().splitlines()) <= 3
+    stores = tmp_path / "stores.csv"
+    stores.write_text("id,addr\n1,深圳南山中山路75号东方科技园9号楼\n", encoding="utf-8")
+    normalized = _cli("normalize", stores, "--index-dir", index_dir, "--out", tmp_path / "out.csv")
+    assert normalized.exit_code == 1 and "read-only" in normalized.output and "--db" in normalized.output
+    assert "readonly database" not in normalized.output and not (tmp_path / "out.csv").exists()
 
 
 # --------------------------------------------------------------------------- nothing dropped silently
@@ -372,3 +417,114 @@ def test_parse_names_the_level_of_its_coordinates_one_name_per_level_and_the_use
     table = _cli("parse", "深圳市龙华区民治街道B栋3单元", "广东省深圳市龙华区")
     assert table.exit_code == 0 and "B栋" in table.output and "the city's centre" in table.output
     assert " prov " not in table.output and "province" in table.output  # written or inferred: one name
+
+
+# --------------------------------------------------------------------------- one-line errors, a terminal not driven
+
+@pytest.mark.parametrize("size", ["0", "-1"])
+def test_resolve_refuses_a_batch_size_below_one(sample_index, size):
+    from mgeo_index.api import AddressIndex
+
+    result = _cli("resolve", "建国路88号", "--index-dir", sample_index, "--batch-size", size, "--json")
+    assert result.exit_code == 2 and "--batch-size" in result.output and not result.stdout.strip().startswith("{")
+    with AddressIndex.open(sample_index, device="cpu", rerank=False) as idx, pytest.raises(ValueError, match="at least 1"):
+        idx.resolve(["建国路88号"], batch_size=int(size))
+
+
+def test_match_into_a_directory_is_one_line(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\n建国路88号\t建国路88号\n", encoding="utf-8")
+    result = _cli("match", "--file", pairs, "--out", tmp_path)
+    assert result.exit_code == 1 and "is a directory" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_escape_sequences_in_input_never_reach_the_terminal(sample_index, tmp_path):
+    queries = tmp_path / "q.txt"
+    queries.write_text("北京\x1b]0;PWNED\x07\x1b[2J朝阳建国路88号\n", encoding="utf-8")
+    result = _cli("resolve", "--file", queries, "--index-dir", sample_index, "-k", "1", "--no-rerank")
+    assert result.exit_code == 0 and "\x1b" not in result.output and "\x07" not in result.output
+    assert "\\x1b]0;PWNED\\x07\\x1b[2J" in result.output
+    missing = _cli("build", tmp_path / "no\x1b[2Jsuch.csv", "--index-dir", tmp_path / "idx")
+    assert missing.exit_code == 1 and "\x1b" not in missing.output
+
+
+@pytest.mark.parametrize("module, extra", [("psycopg2", "postgres"), ("redis", "serve"), ("pymilvus", "milvus")])
+def test_a_missing_optional_module_names_the_extra_that_installs_it(module, extra):
+    from mgeo_index.cli.errors import explain
+
+    assert explain(ModuleNotFoundError(f"No module named '{module}'", name=module)) == (
+        "Error", f"{module} is not installed: pip install 'mgeo-index[{extra}]'")
+
+
+# --------------------------------------------------------------------------- every row accounted for
+
+def test_an_unclosed_quote_rejects_its_line_and_the_rows_after_it_are_read(sample_index, tmp_path):
+    import csv
+
+    catalog = tmp_path / "quote.csv"
+    catalog.write_text('id,addr\n1,"北京市朝阳区建国路88号\n2,上海市徐汇区漕溪北路1号\n3,深圳市南山区科苑路15号\n'
+                       '4,"杭州市西湖区文三路478号\n', encoding="utf-8")
+    built = build(catalog, tmp_path / "idx", id_column="id", device="cpu")
+    assert (built.rows_read, built.rows_inserted, built.rows_rejected) == (4, 3, 1)  # the last row's quote: one cell
+    rejects = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8").splitlines()
+    assert [r.split("\t")[0] for r in rejects[1:]] == ["2"]
+    assert "a quote opened on line 2 does not close" in rejects[1] and rejects[1].endswith('1,"北京市朝阳区建国路88号')
+    out = tmp_path / "out.csv"
+    ran = _cli("normalize", catalog, "--index-dir", sample_index, "--out", out, "--address-column", "addr")
+    assert ran.exit_code == 0, ran.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["id"], r["status"] == "rejected") for r in rows] == [("1", True), ("2", False), ("3", False), ("4", False)]
+    # a quoted cell that holds a line break closes: one record (an address with a line break is rejected as such)
+    fine = tmp_path / "fine.csv"
+    fine.write_text('id,addr\n1,"北京市朝阳区\n建国路88号"\n2,上海市徐汇区漕溪北路1号\n', encoding="utf-8")
+    assert build(fine, tmp_path / "idx2", id_column="id", device="cpu").rows_read == 2
+    assert "control character U+000A" in (tmp_path / "idx2" / "rejects.tsv").read_text(encoding="utf-8")
+
+
+def test_a_huge_first_row_is_rejected_as_too_long_and_the_rest_is_read(tmp_path):
+    from mgeo_index.catalog.reader import MAX_RAW
+
+    catalog = tmp_path / "long.csv"
+    with open(catalog, "w", encoding="utf-8") as fh:
+        fh.write("id,addr\n1,北京市朝阳区建国路" + "8" * 300_000 + "号\n")
+        fh.write("2,北京市朝阳区建国路88号\n3,上海市徐汇区漕溪北路1号\n")
+    built = build(catalog, tmp_path / "idx", id_column="id", device="cpu")
+    assert (built.rows_read, built.rows_inserted, built.rows_rejected) == (3, 2, 1)
+    line, reason, raw = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
+    assert line == "2" and "a field longer than 131,072 characters" in reason
+    assert len(raw) < MAX_RAW + 40 and raw.endswith("… (300,012 characters in all)")
+
+
+@pytest.mark.parametrize("variable, message", [("PROFILE", "MGEO_INDEX_PROFILE must be one of"),
+                                               ("NUMBERS", "MGEO_INDEX_NUMBERS must be one of"),
+                                               ("DEVICE", "MGEO_INDEX_DEVICE must be cpu"),
+                                               ("BACKEND", "MGEO_INDEX_BACKEND must be one of")])
+def test_a_wrong_environment_variable_is_named_as_such(sample_index, monkeypatch, variable, message):
+    monkeypatch.setenv(f"MGEO_INDEX_{variable}", "bogus")
+    result = _cli("resolve", "建国路88号", "--index-dir", sample_index)
+    assert result.exit_code == 1 and message in result.output and "--" + variable.lower() not in result.output
+
+
+def test_a_failed_build_leaves_nothing_and_a_directory_is_called_one(tmp_path):
+    for missing, said in ((tmp_path / "nosuch.csv", "does not exist"), (tmp_path, "is a directory")):
+        result = _cli("build", missing, "--index-dir", tmp_path / "x-idx")
+        assert result.exit_code == 1 and said in result.output
+        assert not (tmp_path / "x-idx").exists()
+    normalized = _cli("normalize", tmp_path, "--index-dir", tmp_path / "x-idx", "--out", tmp_path / "o.csv")
+    assert normalized.exit_code == 1 and "is a directory" in normalized.output and "input file" in normalized.output
+
+
+def test_a_phone_number_is_no_address(sample_index, tmp_path):
+    import csv
+
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,addr\n1,+86 138-0000-0000\n2,+86-755-8888 6666\n3,深圳南山中山路75号东方科技园9号楼\n",
+                    encoding="utf-8")
+    out = tmp_path / "out.csv"
+    assert _cli("normalize", rows, "--index-dir", sample_index, "--out", out).exit_code == 0
+    with open(out, encoding="utf-8", newline="") as fh:
+        got = [(r["status"], r["reason"]) for r in csv.DictReader(fh)]
+    assert [s for s, _ in got] == ["rejected", "rejected", "matched"]
+    assert all("only digits" in reason and "phone number" in reason for _, reason in got[:2])

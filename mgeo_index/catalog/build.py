@@ -21,11 +21,11 @@ from mgeo_index.catalog import generations
 from mgeo_index.index import faiss_index, vector_store as vector_stores
 from mgeo_index.catalog.build_tasks import encode_task, parse_task
 from mgeo_index.compute.runners import Runner, make_runner
-from mgeo_index.catalog.reader import CatalogError, Reject, read_catalog, write_rejects
+from mgeo_index.catalog.reader import CatalogError, Reject, check_input_file, read_catalog, write_rejects
 from mgeo_index.files import writable
 from mgeo_index.catalog.locking import writer_lock
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
-from mgeo_index.text import has_content, normalize
+from mgeo_index.text import normalize, not_an_address
 
 REJECTS = "rejects.tsv"
 
@@ -65,8 +65,8 @@ def _store_chunk(engine_, catalog_id: int, rows, result: BuildResult, rejects: l
     records = []
     for row in rows:
         normalized = normalize(row.text)
-        if not has_content(normalized):
-            rejects.append(Reject(row.line, "address has no letters or digits left after normalization", row.address))
+        if reason := not_an_address(normalized):
+            rejects.append(Reject(row.line, reason, row.address))
             continue
         records.append(
             {
@@ -180,6 +180,7 @@ def build(
     runner = engine if not isinstance(engine, str) else make_runner(
         engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
+    check_input_file(Path(catalog_path), "catalog file")  # before anything is made: a failed build leaves nothing
     if index_dir.exists() and not index_dir.is_dir():
         raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
     if not writable(index_dir):

@@ -78,10 +78,11 @@ _OWN_TEMP = re.compile(r"\.(?:(?:index|sparse)-(\d+)\.(?:faiss|npz)|index\.json)
 
 def check_writable_here(index_dir: Path, force: bool = False) -> None:
     """Refuse to build into a directory mgeo-index did not make: one that holds files and no ``index.json`` of
-    ours (a JSON object naming a catalog), unless ``force``. Its files could be overwritten (``index.json``,
-    ``rejects.tsv``) and the user is better told than surprised. A directory holding only what an interrupted
-    first build left (the store, the lock) is ours."""
-    if force or not index_dir.is_dir():
+    ours (a JSON object naming a catalog), unless ``force``; and, even with ``force``, one whose files bear the names
+    a build writes (``index.json``, ``rejects.tsv``, ``index-1.faiss`` …): a file this catalog's builds did not write
+    is never replaced or deleted, whatever its name. A directory holding only what an interrupted first build left
+    (the store, the lock) is ours."""
+    if not index_dir.is_dir():
         return
     names = sorted(p.name for p in index_dir.iterdir())
     descriptor = index_dir / DESCRIPTOR
@@ -94,14 +95,22 @@ def check_writable_here(index_dir: Path, force: bool = False) -> None:
             return
     from mgeo_index.settings import DB_FILENAME
 
-    foreign = [n for n in names if n not in _OWN_FIXED and not n.startswith(DB_FILENAME) and not _OWN_FILE.fullmatch(n)
-               and not _OWN_TEMP.fullmatch(n)]
-    if foreign or descriptor.exists():
-        shown = ", ".join((foreign or [DESCRIPTOR])[:5]) + (" …" if len(foreign) > 5 else "")
+    def shown(found: list[str]) -> str:
+        return ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
+
+    clashing = [n for n in names if n in _OWN_FIXED - {".writer.lock"} or n == DESCRIPTOR or _OWN_FILE.fullmatch(n)
+                or _OWN_TEMP.fullmatch(n)]
+    if clashing:
         raise NotAnIndexDirectory(
-            f"--index-dir {index_dir} holds files mgeo-index did not write ({shown}); build into a new or empty "
-            "directory, or pass --force to write the index there anyway (index.json, mgeo.db, rejects.tsv and the "
-            "index files are then written beside them; nothing else is touched)")
+            f"--index-dir {index_dir} holds files mgeo-index did not write under the names a build writes "
+            f"({shown(clashing)}); a build never writes over them (--force neither): move those, or build into a new "
+            "or empty directory")
+    foreign = [n for n in names if n != ".writer.lock" and not n.startswith(DB_FILENAME)]
+    if foreign and not force:
+        raise NotAnIndexDirectory(
+            f"--index-dir {index_dir} holds files mgeo-index did not write ({shown(foreign)}); build into a new or "
+            "empty directory, or pass --force to write the index there anyway (index.json, mgeo.db, rejects.tsv and "
+            "the index files are then written beside them; nothing else is touched)")
 
 
 def own_files(index_dir: Path, build_ids: set[int]) -> list[Path]:

@@ -13,6 +13,7 @@ import codecs
 import csv
 import gzip
 import io
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index.settings import MAX_QUERY_CHARS
-from mgeo_index.text.normalize import normalize, with_name
+from mgeo_index.text.normalize import normalize, visible, with_name
 
 __all__ = [
     "CatalogError",
@@ -57,6 +58,7 @@ ADDRESS_COLUMN_NAMES = (
 )
 _SAMPLE_BYTES = 1 << 20  # encoding detection reads at most this much
 _SAMPLE_ROWS = 200  # records used to guess the address column
+MAX_RAW = 1000  # characters of a rejected record kept as its raw text
 _UNDECODABLE = "undecodable bytes in row; re-save the file as UTF-8"
 _SURROGATES = re.compile("[\udc80-\udcff]")  # what errors='surrogateescape' makes of bad bytes
 _WHITESPACE = re.compile(r"\s+")
@@ -274,14 +276,22 @@ def _clean_header(fields: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- reading
 
 
+def check_input_file(path: Path, what: str = "file") -> None:
+    """A clear :class:`CatalogError` unless ``path`` is a file that exists (a directory named by mistake says so)."""
+    if path.is_dir():
+        raise CatalogError(f"{str(path)!r} is a directory: name the {what} (CSV, TSV or TXT) to read")
+    if not path.is_file():
+        raise CatalogError(f"{what} {str(path)!r} does not exist")
+
+
 class _LineTap:
     """Line iterator for ``csv.reader`` that remembers the physical lines of the
     current record: csv pulls lines only as it needs them, so after each record the
     tap holds exactly that record's text and knows where it started."""
 
-    def __init__(self, lines: Iterable[str]) -> None:
+    def __init__(self, lines: Iterable[str], lines_before: int = 0) -> None:
         self._lines = iter(lines)
-        self.lines_read = 0
+        self.lines_read = lines_before  # the physical lines before the first one this tap gives
         self.buffer: list[str] = []
 
     def __iter__(self) -> _LineTap:
@@ -293,12 +303,36 @@ class _LineTap:
         self.buffer.append(line)
         return line
 
+    def reread(self, lines: list[str], first: int) -> _LineTap:
+        """A tap that gives ``lines`` (physical lines ``first`` … of the file) again, then the rest of the file."""
+        return _LineTap(itertools.chain(lines, self._lines), first - 1)
+
     def take(self) -> tuple[int, str]:
         """(first line number, text) of the lines read since the last call."""
         start = self.lines_read - len(self.buffer) + 1
         text = "".join(self.buffer)
         self.buffer = []
         return start, text
+
+
+def _unclosed_quote(text: str, delimiter: str) -> bool:
+    """Whether a record read over several lines (``text``) is an opened quote that never closes properly: the
+    lines after it swallowed into one cell, read as no well-formed record. A quoted cell holding line breaks (as the
+    table writer writes one) is well-formed, and reads as it is."""
+    if len(text.splitlines()) < 2:
+        return False
+    try:
+        return len(list(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True))) != 1
+    except csv.Error:
+        return True
+
+
+def _malformed(exc: csv.Error, max_chars: int) -> str:
+    """The reason a record csv could not read is rejected for."""
+    if m := re.search(r"field larger than field limit \(([0-9]+)\)", str(exc)):
+        return (f"a field longer than {int(m[1]):,} characters (an address may have {max_chars:,}); shorten or split "
+                "it")
+    return f"malformed record: {exc}"
 
 
 def _control_char(value: str) -> str | None:
@@ -329,12 +363,12 @@ class CatalogReader:
         detect_id: bool = False,
         reject_blank: bool = False,
         name_column: str | None = None,
+        what: str = "catalog file",
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise CatalogError(f"catalog file {str(self.path)!r} does not exist")
+        self.path, self.what = Path(path), what  # what: the file's name in messages (a job's "input file")
+        check_input_file(self.path, what)
         self.max_chars = max_chars
         self.chunk_size = chunk_size
         self.dedupe = dedupe  # False: repeated ids / addresses are legitimate rows (normalize jobs)
@@ -346,7 +380,7 @@ class CatalogReader:
             first = fh.readline()
             if not first.strip():
                 if not first or not fh.read(4096).strip():
-                    raise CatalogError(f"catalog file {str(self.path)!r} is empty")
+                    raise CatalogError(f"{what} {str(self.path)!r} is empty")
                 raise CatalogError(f"first line of {str(self.path)!r} is blank; it must be the header")
             if _SURROGATES.search(first):
                 raise CatalogError(f"header line of {str(self.path)!r} has undecodable bytes; re-save the file as UTF-8")
@@ -362,16 +396,19 @@ class CatalogReader:
             reader = csv.reader(fh, delimiter=self.delimiter)
             self.columns: list[str] = _clean_header(next(reader)) if self.has_header else ["address"]
             sample: list[list[str]] = []
-            try:
-                for record in reader:
-                    if any(f.strip() for f in record):
-                        sample.append(record)
-                        if len(sample) >= _SAMPLE_ROWS:
-                            break
-            except csv.Error:
-                pass  # a malformed record ends the sample; chunks() reports it as a reject
+            for _ in range(4 * _SAMPLE_ROWS):  # a malformed record is skipped here; chunks() rejects it
+                try:
+                    record = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error:
+                    continue
+                if any(f.strip() for f in record):
+                    sample.append(record)
+                    if len(sample) >= _SAMPLE_ROWS:
+                        break
         if not sample:
-            raise CatalogError(f"catalog file {str(self.path)!r} has a header but no data rows")
+            raise CatalogError(f"{what} {str(self.path)!r} has a header but no data rows")
 
         if address_column is not None:
             self.address_column = _resolve_column(address_column, self.columns, "address")
@@ -397,11 +434,14 @@ class CatalogReader:
         return self.chunks()
 
     def _raw(self, text: str) -> str:
-        """Record text without its line end, undecodable bytes as ``\\xNN`` escapes."""
+        """Record text without its line end, undecodable bytes as ``\\xNN`` escapes, cut to :data:`MAX_RAW`
+        characters (a rejected 50 MB record is not kept, nor written to rejects.tsv, whole)."""
         text = text.rstrip("\r\n")
+        total = len(text)
+        text = text[:MAX_RAW]
         if _SURROGATES.search(text):
             text = text.encode(self.encoding, "surrogateescape").decode(self.encoding, "backslashreplace")
-        return text
+        return text if total <= MAX_RAW else f"{text}… ({total:,} characters in all)"
 
     def chunks(self) -> Iterator[tuple[list[Row], list[Reject]]]:
         """Stream the file as ``(rows, rejects)`` per ``chunk_size`` records.
@@ -434,10 +474,16 @@ class CatalogReader:
                     break
                 except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
                     line, text = tap.take()
-                    rejects.append(Reject(line, f"malformed record: {exc}", self._raw(text)))
+                    rejects.append(Reject(line, _malformed(exc, self.max_chars), self._raw(text)))
                 else:
                     line, text = tap.take()
-                    if not text.strip():  # blank line (a row of empty fields is still checked)
+                    if _unclosed_quote(text, self.delimiter):  # reject its first line, read the lines it swallowed
+                        first, *rest = text.splitlines(keepends=True)
+                        rejects.append(Reject(line, f"a quote opened on line {line} does not close (the lines after "
+                                                    "it would be one cell): close the quote or remove it", self._raw(first)))
+                        tap = tap.reread(rest, line + 1)
+                        reader = csv.reader(tap, delimiter=self.delimiter)
+                    elif not text.strip():  # blank line (a row of empty fields is still checked)
                         if self.reject_blank:
                             rejects.append(Reject(line, "blank line (no fields)", self._raw(text)))
                         else:
@@ -520,6 +566,7 @@ def read_catalog(
     detect_id: bool = False,
     reject_blank: bool = False,
     name_column: str | None = None,
+    what: str = "catalog file",
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
@@ -541,19 +588,13 @@ def read_catalog(
         detect_id=detect_id,
         reject_blank=reject_blank,
         name_column=name_column,
+        what=what,
     )
 
 
 # --------------------------------------------------------------------------- rejects
 
 _REJECT_HEADER = "line\treason\traw\n"
-
-
-def _escape(value: str) -> str:
-    """Control characters (tab and newlines included) as visible escapes, one TSV cell."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch for ch in value
-    )
 
 
 def write_rejects(path: str | Path, rejects: Iterable[Reject]) -> int:
@@ -570,6 +611,6 @@ def write_rejects(path: str | Path, rejects: Iterable[Reject]) -> int:
             fh.write(_REJECT_HEADER)
         writer = TableWriter(fh, "\t", plain=True)  # control characters shown as escapes, formulas neutralised
         for r in rejects:
-            writer.writerow([r.line, _escape(r.reason), _escape(r.raw)])
+            writer.writerow([r.line, visible(r.reason), visible(r.raw)])  # one TSV cell each
             n += 1
     return n

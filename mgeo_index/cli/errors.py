@@ -11,10 +11,9 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 import typer
-from rich.markup import escape
 
 from mgeo_index import settings
-from mgeo_index.cli.render import err
+from mgeo_index.cli.render import err, escape
 
 # Failures that are the user's to fix, as (module, class). They are recognized only when their module is
 # loaded (nothing can raise one before), so catching them imports nothing: `parse` never loads the
@@ -52,9 +51,18 @@ def _is(exc: BaseException, *names: tuple[str, str]) -> bool:
     return any(cls is not None and isinstance(exc, cls) for cls in (_loaded(*name) for name in names))
 
 
+# Optional modules a URL or an option needs, and the extra that installs them.
+_EXTRAS = {"psycopg2": "postgres", "redis": "serve", "pyarrow": "parquet", "ray": "ray", "pymilvus": "milvus",
+           "onnxruntime": "onnx", "pandas": "pandas", "matplotlib": "eval"}
+
+
 def explain(exc: Exception) -> tuple[str, str] | None:
     """(label, message) of the one line a known failure is shown as; None for anything else (a bug: traceback)."""
-    if isinstance(exc, (FileNotFoundError, NotADirectoryError, ValueError, ImportError)) or _is(exc, *_USER_ERRORS):
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in _EXTRAS:
+        extra = _EXTRAS[exc.name.split(".")[0]]
+        return "Error", f"{exc.name.split('.')[0]} is not installed: pip install 'mgeo-index[{extra}]'"
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, ImportError)) \
+            or _is(exc, *_USER_ERRORS):
         return "Error", str(exc)
     if isinstance(exc, PermissionError):  # a file or directory this user or mount cannot write
         return "Error", f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; use a writable place"

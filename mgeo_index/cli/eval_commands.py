@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
@@ -15,7 +14,7 @@ from mgeo_index.cli.options import (
     RerankDepth, Retrieval, Split,
 )
 from mgeo_index.cli.render import (
-    confusion_table, console, figures_table, print_bench, report_table, retrieval_table, variants_table,
+    confusion_table, console, escape, figures_table, print_bench, report_table, retrieval_table, variants_table,
 )
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
@@ -14,7 +13,7 @@ from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AddressColumn, Backend, RunnerName, Db, Device, GpusPerWorker, IndexDir, LibraryDefault, Model,
     Numbers, Profile, RayAddress, Workers,
 )
-from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, progress, stage_progress
+from mgeo_index.cli.render import add_table, build_table, check_json, check_table, console, err, escape, progress, stage_progress
 
 
 def build(

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from mgeo_index import settings
 from mgeo_index.cli.errors import friendly_errors
@@ -16,7 +15,7 @@ from mgeo_index.cli.options import (
     DEFAULT_INDEX_DIR, AdminFilter, Backend, CrossModel, Db, Device, IndexDir, Model, Numbers, Pairwise, Profile,
     QueriesFile, RawValues, RerankDepth, Retrieval,
 )
-from mgeo_index.cli.render import console, err, matches_table, parse_table, progress
+from mgeo_index.cli.render import console, err, escape, matches_table, parse_table, progress
 
 
 def read_queries(queries: list[str], file: Path | None) -> list[str]:
@@ -49,7 +48,7 @@ def resolve(
     retrieval: Retrieval = "hybrid",
     admin_filter: AdminFilter = False,
     rerank_depth: RerankDepth = None,
-    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 256,
+    batch_size: Annotated[int, typer.Option(min=1, help="Queries per batch.")] = 256,
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,

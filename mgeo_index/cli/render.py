@@ -1,20 +1,29 @@
 """What the commands print: rich tables of results and reports, progress bars.
 
 Text that comes from the user or the library (addresses, paths, column and catalog names, problems) is
-escaped or wrapped in :class:`~rich.text.Text`, so brackets in it are printed, not read as markup.
+escaped or wrapped in :class:`~rich.text.Text`, so brackets in it are printed, not read as markup, and its control
+characters shown as escapes (:func:`escape`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from mgeo_index.text import visible
+
 console = Console()
 err = Console(stderr=True)
+
+
+def escape(text: str) -> str:
+    """User or library text for rich markup: its brackets escaped (not markup) and its control characters shown as
+    escapes (:func:`~mgeo_index.text.visible`: an escape sequence in an address must not drive the terminal)."""
+    return escape_markup(visible(text))
 
 
 def log(line: str) -> None:
@@ -163,7 +172,7 @@ def matches_table(query: str, matches: list[dict], footer: str | None = None) ->
     wraps: ranks, ids, scores, labels and confidences are never broken, so the table reads at 80 columns.
     ``confidence`` is the probability of the label shown (every class's probability: ``--json``). ``footer``: what
     the answers were made with (the profile and number policy), under the table."""
-    table = Table(title=Text(query), title_justify="left")  # Text: brackets in an address are not markup
+    table = Table(title=Text(visible(query)), title_justify="left")  # Text: brackets in an address are not markup
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("id", justify="right", overflow="fold")
     table.add_column("address", overflow="fold", ratio=1)  # addresses are shown whole, wrapped
@@ -173,14 +182,14 @@ def matches_table(query: str, matches: list[dict], footer: str | None = None) ->
     colors = {"exact_match": "green", "partial_match": "yellow", "not_match": "red"}
     for rank, m in enumerate(matches, 1):
         label = m.get("label", "")
-        address = Text(m["address"])
+        address = Text(visible(m["address"]))
         if m.get("name"):  # an index built with --name-column: the entry's name beside its address
-            address.append(f" · {m['name']}", style="bold")
+            address.append(f" · {visible(m['name'])}", style="bold")
         if "explain" in m:
             address.append("\n").append_text(_explain_line(m["explain"]))
         table.add_row(
             str(rank),
-            Text(str(m["source_id"]) if m.get("source_id") else str(m["id"])),
+            Text(visible(str(m["source_id"])) if m.get("source_id") else str(m["id"])),
             address,
             f"{m['score']:.3f}" if m['score'] is not None else "–",
             Text(label, style=colors.get(label, "")),
@@ -341,7 +350,7 @@ def normalize_table(result) -> Table:
 
 def print_normalize(result) -> None:
     console.print(normalize_table(result))
-    console.print(Text(f"output: {result.output}"), soft_wrap=True)
+    console.print(Text(visible(f"output: {result.output}")), soft_wrap=True)
 
 
 _JOB_COLORS = {"complete": "green", "running": "cyan", "stale": "yellow", "interrupted": "yellow", "failed": "red"}

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from mgeo_index.cli.errors import fail, friendly_errors
 from mgeo_index.cli.options import DEFAULT_INDEX_DIR, Backend, CrossModel, Db, Device, IndexDir, Model, Profile, QueriesFile
-from mgeo_index.cli.render import err, progress
+from mgeo_index.cli.render import err, escape, progress
 from mgeo_index.cli.serve_commands import LOG_LEVELS, LOOPBACK, allowed_hosts, check_port_free
 
 
@@ -29,6 +28,7 @@ def review(
              "the page then asks for a key. Without one, decisions are recorded under the OS user.")] = None,
     serve: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the page after building the queue (--no-serve: build it and exit).")] = True,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
+    forwarded_allow_ips: Annotated[str | None, typer.Option(help="Behind a reverse proxy: its addresses (comma-separated, or *), whose X-Forwarded-For names the client. By default no forwarded header is read: a client cannot pick the address its wrong keys are counted under.")] = None,
     db: Db = None,
     model: Model = None,
     cross_model: CrossModel = None,
@@ -92,4 +92,6 @@ def review(
         err.print(f"[yellow]Warning:[/] serving on {escape(host)} without --api-key: anyone who can reach it can label.")
     shown = f"[{host}]" if ":" in host else host
     err.print(f"Review at http://{escape(shown)}:{port}/  (Ctrl-C to stop)", highlight=False)
-    uvicorn.run(application, host=host, port=port, log_level=log_level)
+    # forwarded headers only from the proxies named (uvicorn would otherwise trust any local client's)
+    uvicorn.run(application, host=host, port=port, log_level=log_level, proxy_headers=forwarded_allow_ips is not None,
+                forwarded_allow_ips=forwarded_allow_ips)

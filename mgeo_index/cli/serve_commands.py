@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from mgeo_index.cli.errors import fail, friendly_errors
 from mgeo_index.cli.options import DEFAULT_INDEX_DIR, CrossModel, Db, Device, IndexDir, Model, Numbers, Profile
-from mgeo_index.cli.render import err
+from mgeo_index.cli.render import err, escape
 from mgeo_index.service.config import ServeConfig
 from mgeo_index.service import LOOPBACK_HOSTS
 

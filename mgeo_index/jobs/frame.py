@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from mgeo_index.jobs.parts import RESULT_PREFIX
 from mgeo_index.jobs.policy import Policy, rejected, resolve_outcomes, result_columns
-from mgeo_index.text import has_content, model_text
+from mgeo_index.text import model_text, not_an_address
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,15 +40,16 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
 
     texts = cells(address_column)
     names = cells(name_column) if name_column is not None else [""] * len(texts)
-    valid = [has_content(model_text(t)) for t in texts]
+    reasons = [not_an_address(model_text(t)) for t in texts]
+    valid = [reason is None for reason in reasons]
     found = iter(resolve_outcomes(resolver, [t for t, ok in zip(texts, valid) if ok], policy, batch_size,
                                   names=[n for n, ok in zip(names, valid) if ok]))
     rows = []
-    for text, ok in zip(texts, valid):
-        if ok:
+    for text, reason in zip(texts, reasons):
+        if reason is None:
             rows.append(next(found))
         else:
-            rows.append(rejected("empty address" if not text.strip() else "address has no letters or digits left after normalization"))
+            rows.append(rejected("empty address" if not text.strip() else reason))
     columns = result_columns(explain)
     prefix = RESULT_PREFIX if set(columns) & set(map(str, frame.columns)) else ""
     result = pd.DataFrame(rows, index=frame.index, columns=list(columns))

@@ -14,11 +14,12 @@ from mgeo_index.catalog.reader import (
     CatalogError,
     CatalogReader,
     _resolve_column,
+    check_input_file,
     detect_address_column,
     read_catalog,
 )
 from mgeo_index.jobs.policy import DEFAULT_CHUNK_SIZE, JobError
-from mgeo_index.text import has_content, normalize as normalize_text
+from mgeo_index.text import normalize as normalize_text, not_an_address
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -77,8 +78,7 @@ class ParquetReader(CatalogReader):
         import pyarrow.parquet as pq
 
         self.path = Path(path)
-        if not self.path.is_file():
-            raise CatalogError(f"input file {str(self.path)!r} does not exist")
+        check_input_file(self.path, "input file")
         self.max_chars, self.chunk_size, self.dedupe = max_chars, chunk_size, False
         self.encoding, self.delimiter = "utf-8", "\t"
         try:
@@ -129,8 +129,8 @@ def as_text(values: list) -> list[str]:
 def _record(outcome, values: list) -> Record:
     if hasattr(outcome, "reason"):  # a Reject
         return Record(outcome.line, values, None, outcome.reason)
-    if not has_content(normalize_text(outcome.address)):
-        return Record(outcome.line, values, None, "address has no letters or digits left after normalization")
+    if reason := not_an_address(normalize_text(outcome.address)):
+        return Record(outcome.line, values, None, reason)
     return Record(outcome.line, values, outcome.address, name=outcome.name)
 
 
@@ -171,5 +171,5 @@ def open_input(path: Path, *, address_column: str | None, id_column: str | None,
         return reader, reader.record_chunks, reader.rows_total
     reader = read_catalog(path, address_column=address_column, id_column=id_column, max_chars=max_chars,
                           chunk_size=chunk_size, dedupe=False, reject_blank=True,  # every line has its output row
-                          name_column=name_column)
+                          name_column=name_column, what="input file")
     return reader, (lambda: _csv_chunks(reader)), None

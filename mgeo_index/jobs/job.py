@@ -33,6 +33,7 @@ from typing import Any
 from mgeo_index import settings, store
 from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.compute.runners import Runner
+from mgeo_index.catalog.reader import check_input_file
 from mgeo_index.compute.task import Task
 from mgeo_index.jobs.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.jobs.parts import PartWriter, part_name, parts_dir
@@ -236,13 +237,15 @@ def run_job(
     fmt = output_format or ("parquet" if output_path.suffix.lower() in PARQUET_SUFFIXES else "csv")
     if fmt not in ("csv", "parquet"):
         raise ValueError(f"--format must be csv or parquet, not {fmt!r}")
-    if not input_path.is_file():
-        raise FileNotFoundError(f"input file {input_path} does not exist")
+    check_input_file(input_path, "input file")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
     runner.require()  # before reading (and fingerprinting) anything, and before any job is recorded
     progress = on_progress or (lambda *_: None)
     db_url = settings.database_url(index_dir, db)
+    if (locked := store.read_only(db_url)) is not None:
+        raise JobError(f"cannot record the job in {locked}: it is read-only here; normalize with a writable copy of "
+                       "the index, or give --db a writable store")
     numbers, profile = _index_settings(index_dir, db_url, numbers, profile)
     ident = index_identity(index_dir, model, cross_model, profile)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain)

@@ -101,6 +101,8 @@ def match_file(
     pairs_path, out_path = Path(pairs_path), Path(out_path)
     if out_path.resolve() == pairs_path.resolve():
         raise ValueError("--out must not be the input file: write the scores to a new file")
+    if out_path.is_dir():
+        raise IsADirectoryError(f"--out {out_path} is a directory: name a file to write the scores to")
     if not out_path.resolve().parent.is_dir():
         raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
     encoding = detect_encoding(pairs_path)

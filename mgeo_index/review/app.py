@@ -136,6 +136,11 @@ class ReviewState:
             given = auth[7:] if auth[:7].lower() == "bearer " else None
         if given is not None:
             return self.by_key(given)
+        return self.session_reviewer(request)
+
+    def session_reviewer(self, request: Request) -> str | None:
+        """The reviewer of ``request``'s session cookie when it is a live session (one a login started), else
+        None."""
         token = request.cookies.get(SESSION_COOKIE, "")
         with self.lock:
             name, expires = self.sessions.get(token, (None, 0.0))
@@ -254,8 +259,10 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
             return _secured(Response("unknown Host header", 400, media_type="text/plain"))
         if request.method == "POST" and not same_origin(request.headers):
             return _secured(Response("cross-origin form posts are refused", 403, media_type="text/plain"))
-        wait = state.throttle.retry_after(_client(request)) if state.keys else 0
-        if wait:
+        # a client that sent too many wrong keys may not try more (a key, a login); a live session (its login came
+        # before) and the health check go on: one client's wrong keys lock out no reviewer
+        wait = state.throttle.retry_after(_client(request)) if state.keys and request.url.path != "/healthz" else 0
+        if wait and state.session_reviewer(request) is None:
             return _secured(Response(f"too many wrong keys; try again in {wait} s", 429, media_type="text/plain",
                                      headers={"Retry-After": str(wait)}))
         return _secured(await call_next(request))
@@ -364,6 +371,10 @@ def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response
+
+    @app.get("/logout")
+    def logout_page():  # a link or a typed URL: logging out takes the page's button (a POST), so a link cannot
+        return RedirectResponse("/", status_code=303)
 
     @app.get("/healthz")
     def healthz():

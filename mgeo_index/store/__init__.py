@@ -30,6 +30,7 @@ from mgeo_index.store.base import (  # noqa: F401  (_utcnow: used by callers and
     downgrade,
     exists,
     migrations_dir,
+    read_only,
     upgrade,
 )
 from mgeo_index.store.builds import (
@@ -118,7 +119,7 @@ __all__ = [
     "activate_model_version", "active_model_version", "add_labels", "add_model_version", "add_review_items",
     "confirmations", "decide", "get_review_item", "list_labels", "list_model_versions", "next_review_items",
     "queue_rows", "review_counts", "undo_last",
-    "add_checkpoint", "alembic_config", "alembic_head", "schema_head", "catalog_columns", "catalog_id", "catalog_name_column", "catalog_numbers", "catalog_profile", "connect", "count_entries",
+    "add_checkpoint", "alembic_config", "alembic_head", "schema_head", "catalog_columns", "catalog_id", "catalog_name_column", "catalog_numbers", "catalog_profile", "connect", "count_entries", "read_only",
     "create_job", "current_generation", "current_revision", "delete_generations", "downgrade", "entries_to_parse",
     "entry_ids", "exists", "fail_build", "finish_build", "get_elements", "get_entries", "get_job",
     "get_or_create_catalog", "ids_by_normalized", "insert_entries", "iter_entries", "job_checkpoints", "latest_build",

@@ -178,6 +178,12 @@ def _read_only_file(u) -> Path | None:
     return None if os.access(path, os.W_OK) and writable(path.parent) else path
 
 
+def read_only(url: str) -> Path | None:
+    """The SQLite file of the store at ``url`` when it exists and cannot be written here (a read-only copy of an
+    index), else None: what a command that must write (a job's record) checks before it starts."""
+    return _read_only_file(make_url(url))
+
+
 def _connect_read_only(path: Path) -> Engine:
     """The store in a read-only place, opened read-only and immutable (no lock or WAL files to create): for
     reading an index a writer checkpointed (every generation switch does)."""

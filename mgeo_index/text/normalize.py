@@ -167,6 +167,16 @@ def query_key(address: str, name: str | None = None) -> str:
     return f"{text}\x1f{name}" if name else text
 
 
+def not_an_address(normalized: str) -> str | None:
+    """Why a row's normalized address cannot be matched, or None: nothing left (punctuation, a phone number
+    normalization removed) or only digits (+86 138-0000-0000 leaves 86: no place, street or unit to match)."""
+    if not has_content(normalized):
+        return "address has no letters or digits left after normalization"
+    if not any(ch.isalpha() for ch in normalized):
+        return f"address is only digits after normalization ({normalized[:20]}: a phone number?), no place to match"
+    return None
+
+
 def has_content(text: str) -> bool:
     """Whether a (normalized) address has a letter or digit: "..." (from "…") or "-" alone has nothing to match."""
     return any(ch.isalnum() for ch in text)
@@ -175,3 +185,11 @@ def has_content(text: str) -> bool:
 def printable(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, so it can be written as UTF-8 (echoing input)."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def visible(text: str) -> str:
+    """:func:`printable` ``text`` with control characters (escape sequences, tabs, newlines) as visible escapes
+    (``\x1b``, ``\t``): what a terminal or a one-line cell may show of input, which must not set a terminal's
+    title, clear its screen or break a line."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+                   for ch in printable(text))
