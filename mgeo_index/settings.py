@@ -42,8 +42,10 @@ class DatabaseNotGiven(ValueError):
 def database_url(index_dir: str | Path, db: str | None = None) -> str:
     """SQLAlchemy URL: ``--db`` > ``MGEO_INDEX_DB`` > SQLite file inside the index directory.
 
-    Without a URL, an index directory whose ``index.json`` names another database (built with
-    ``--db postgresql://…``) is refused rather than given a new, empty SQLite store."""
+    Without a URL, an index directory whose ``index.json`` names a database server's (built with ``--db
+    postgresql://…``) opens that one when its URL holds no password (libpq then reads one from ``PGPASSWORD`` or
+    ``~/.pgpass``); one whose password was left out of ``index.json``, or another SQLite file while this directory
+    has none, is refused rather than given a new, empty SQLite store."""
     index_dir = Path(index_dir).resolve()
     if index_dir.exists() and not index_dir.is_dir():
         raise NotADirectoryError(f"--index-dir {index_dir} is a file, not a directory")
@@ -57,12 +59,17 @@ def database_url(index_dir: str | Path, db: str | None = None) -> str:
     recorded = _recorded_database(index_dir)
     # a server's database, or another SQLite file while this directory has none of its own (a directory
     # moved with its mgeo.db records its old path: that one is read)
-    if recorded and recorded != local and (not recorded.startswith("sqlite") or not (index_dir / DB_FILENAME).exists()):
+    if recorded and not recorded.startswith("sqlite"):  # a database server's
+        if ":***@" not in recorded:  # recorded whole: a password comes from PGPASSWORD, ~/.pgpass or the server's trust
+            return with_driver(recorded)
+        raise DatabaseNotGiven(
+            f"{index_dir} was built with the database {recorded}, whose password index.json does not keep; pass --db "
+            f"with its whole URL (or set {ENV_PREFIX}DB), or give the password in PGPASSWORD or ~/.pgpass and build "
+            "with a URL without it")
+    if recorded and recorded != local and not (index_dir / DB_FILENAME).exists():
         raise DatabaseNotGiven(
             f"{index_dir} was built with the database {recorded}; pass --db with its URL (or set "
-            f"{ENV_PREFIX}DB): without one, {'a stale' if (index_dir / DB_FILENAME).exists() else 'a new empty'} "
-            f"SQLite store would be used"
-        )
+            f"{ENV_PREFIX}DB): without one, a new empty SQLite store would be used")
     return local
 
 

@@ -136,6 +136,9 @@ def test_build_and_resolve_against_postgresql(pg_url, tmp_path, sample_catalog):
     assert (again.rows_inserted, again.vectors_total) == (0, 300)
     matches = open_resolver(tmp_path / "idx", db=pg_url).resolve(["北京海淀燕园街道东风路127号东方大厦"], top_k=3)[0]
     assert matches[0]["source_id"] == "P0003"
+    # without --db: the URL index.json records (no password in it) is the store
+    recorded = open_resolver(tmp_path / "idx").resolve(["北京海淀燕园街道东风路127号东方大厦"], top_k=3)[0]
+    assert [m["id"] for m in recorded] == [m["id"] for m in matches]
 
 
 def test_a_query_without_letters_or_digits_gets_no_candidates(built):

@@ -333,8 +333,11 @@ def test_an_index_built_on_a_database_server_is_not_read_from_a_new_sqlite_store
     assert "pass --db" in said and not (index_dir / settings.DB_FILENAME).exists()  # nothing created
     assert settings.database_url(index_dir, "sqlite:////elsewhere.db") == "sqlite:////elsewhere.db"  # told: used
     (index_dir / settings.DB_FILENAME).touch()  # an SQLite store left from before it moved to the server
-    with pytest.raises(settings.DatabaseNotGiven, match="a stale SQLite store would be used"):
+    with pytest.raises(settings.DatabaseNotGiven, match="whose password index.json does not keep"):
         settings.database_url(index_dir)
+    # a URL recorded whole (the password from PGPASSWORD or ~/.pgpass): the index opens from it
+    (index_dir / "index.json").write_text(json.dumps({"catalog": "default", "database": "postgresql://app@db:5432/geo"}))
+    assert settings.database_url(index_dir).endswith("://app@db:5432/geo")
     # a directory moved with its own SQLite store records its old path: its store is read
     (index_dir / "index.json").write_text(json.dumps({"catalog": "default", "database": "sqlite:////old/place/mgeo.db"}))
     assert settings.database_url(index_dir) == f"sqlite:///{index_dir.resolve() / settings.DB_FILENAME}"

@@ -194,6 +194,7 @@ def test_deadline_is_504_and_the_server_keeps_serving(client):
     before = metric(client, "mgeo_rejected_requests_total", reason="deadline")
     r = client.post("/v1/resolve", json={"query": "上海市徐汇区漕溪北路1号", "top_k": 5}, headers={"X-Timeout-Ms": "1"})
     assert r.status_code == 504 and "deadline" in r.json()["detail"]
+    assert "send fewer items a request (this one has 1)" in r.json()["detail"]  # what to do about it
     assert metric(client, "mgeo_rejected_requests_total", reason="deadline") == before + 1
     assert client.post("/v1/resolve", json={"query": "上海市徐汇区漕溪北路1号", "top_k": 5}).status_code == 200
 

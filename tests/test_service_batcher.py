@@ -175,8 +175,9 @@ def test_work_never_measured_is_not_refused_by_estimate():
         assert await cheap == ["X"]
         bigger = batcher.submit(Submission("resolve", (100, True), ["a", "b"], deadline=now + 10))  # 2 > 1 measured
         assert await bigger == ["A", "B"]
-        with pytest.raises(DeadlineExceeded):  # measured at this size: it cannot make it
+        with pytest.raises(DeadlineExceeded) as refused:  # measured at this size: it cannot make it
             await batcher.submit(Submission("resolve", (100, True), ["c"], deadline=now + 10))
+        assert refused.value.estimate > 10  # the refusal tells the caller how long it would take: past its deadline
         await batcher.stop()
 
     asyncio.run(main())

@@ -356,10 +356,20 @@ async def _submit(state: State, submission: Submission, timeout: float):
         future = state.batcher.submit(submission)
     except QueueFull as exc:
         raise HTTPProblem(429, str(exc), "queue_full", {"Retry-After": str(exc.retry_after)}) from None
+    advice = (f"send fewer items a request (this one has {len(submission.items)}), a smaller top_k or no explain, "
+              "or allow more time (--timeout-ms, X-Timeout-Ms)")
     try:
         return await asyncio.wait_for(future, timeout)  # on timeout the future is cancelled: a queued submission is dropped
-    except (asyncio.TimeoutError, DeadlineExceeded):
-        raise HTTPProblem(504, f"no answer within the request deadline ({timeout * 1000:.0f} ms)", "deadline") from None
+    except DeadlineExceeded as exc:
+        if exc.estimate is not None:  # refused at once: this request alone is estimated to take longer
+            raise HTTPProblem(504, f"this request would take about {exc.estimate:.1f} s on this server (measured on the "
+                                   f"requests before it), more than its deadline ({timeout * 1000:.0f} ms): {advice}",
+                              "deadline") from None
+        raise HTTPProblem(504, f"no answer within the request deadline ({timeout * 1000:.0f} ms): the queue was "
+                               f"too long; retry, or {advice}", "deadline") from None
+    except asyncio.TimeoutError:
+        raise HTTPProblem(504, f"no answer within the request deadline ({timeout * 1000:.0f} ms): {advice}",
+                          "deadline") from None
     except Exception:  # the batch failed: this request gets a 500, the server goes on
         log.exception("batch failed")
         raise HTTPProblem(500, "internal error while resolving; see the server log", "error") from None

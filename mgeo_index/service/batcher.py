@@ -40,7 +40,12 @@ class QueueFull(Exception):
 
 
 class DeadlineExceeded(Exception):
-    """The submission's deadline passed while it was still queued."""
+    """The submission cannot be answered before its deadline: it passed while the submission was queued, or the
+    submission alone would take longer (``estimate``: its seconds, from the time measured per item)."""
+
+    def __init__(self, estimate: float | None = None) -> None:
+        super().__init__(estimate)
+        self.estimate = estimate
 
 
 @dataclass(eq=False)
@@ -205,7 +210,8 @@ class Batcher:
                     queue.popleft()
                     self.queued[lane] -= len(submission.items)
                     if not submission.future.done():
-                        submission.future.set_exception(DeadlineExceeded())
+                        submission.future.set_exception(DeadlineExceeded(own if own > submission.deadline - now
+                                                                         else None))
                     continue
                 ends = now + cost + own
                 if batch and (size + len(submission.items) > self.max_batch or ends > min(earliest, submission.deadline)):
