@@ -44,7 +44,7 @@ def test_match_to_dict_is_exactly_the_resolvers_json(idx, sample_index):
     assert json.dumps([m.to_dict() for m in typed[0]], ensure_ascii=False) == json.dumps(raw[0], ensure_ascii=False)
     assert [Match.from_dict(m) for m in raw[1]] == typed[1]
     plain = idx.resolve("北京朝阳建国路88号", rerank=False, top_k=2)
-    assert not plain[0].reranked and set(plain[0].to_dict()) == {"id", "source_id", "address", "score"}
+    assert not plain[0].reranked and set(plain[0].to_dict()) == {"id", "source_id", "address", "score", "fields"}
 
 
 def test_match_one_pair_and_many(idx):

@@ -266,3 +266,48 @@ def test_normalize_explains_each_answer_with_both_values_and_review_reads_its_ou
     assert rows["s5"]["status"] == "rejected" and rows["s5"]["explain"] == ""
     assert [(a, s) for a, s, _ in _job_rows(out, "csv", "addr")] == [
         ("福田区文明路564号", rows["s1"]["status"]), ("福田区文明路564号", rows["s4"]["status"]), ("", "rejected")]
+
+
+def test_answers_carry_the_entrys_own_columns_and_a_job_adds_those_asked_for(named_index, tmp_path):
+    import json
+
+    from mgeo_index.review.queue import _job_rows
+
+    answer = _cli("resolve", "福田区文明路564号", "--name", "名仕之家", "--index-dir", named_index / "idx", "-k", "1",
+                  "--json", "--device", "cpu")
+    assert json.loads(answer.output)["matches"][0]["fields"] == {"name": "名仕之家", "category": "shop"}
+    stores = tmp_path / "stores.csv"
+    stores.write_text("store,addr,shop,status\ns1,福田区文明路564号,名仕之家,open\ns2,北京市海淀区中关村大街1号,,open\n"
+                      "s3,,x,open\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    ran = _cli("normalize", stores, "--index-dir", named_index / "idx", "--out", out, "--address-column", "addr",
+               "--name-column", "shop", "--catalog-columns", "category,name", "--explain", "--device", "cpu")
+    assert ran.exit_code == 0, ran.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        header = next(csv.reader(fh))
+        fh.seek(0)
+        rows = {r["store"]: r for r in csv.DictReader(fh)}
+    assert header[-3:] == ["mgeo_match_category", "mgeo_match_name", "mgeo_explain"]  # the input has a status
+    assert (rows["s1"]["mgeo_match_category"], rows["s1"]["mgeo_match_name"]) == ("shop", "名仕之家")
+    for store in ("s2", "s3"):  # tied to no entry: empty
+        assert rows[store]["mgeo_status"] in ("unmatched", "rejected") and rows[store]["mgeo_match_category"] == ""
+    assert [s for _, s, _ in _job_rows(out, "csv", "addr")] == [rows[s]["mgeo_status"] for s in ("s1", "s2", "s3")]
+    every = _cli("normalize", stores, "--index-dir", named_index / "idx", "--out", tmp_path / "all.csv",
+                 "--address-column", "addr", "--catalog-columns", "all", "--device", "cpu")
+    assert every.exit_code == 0 and "mgeo_match_category" in (tmp_path / "all.csv").read_text(encoding="utf-8")
+    unknown = _cli("normalize", stores, "--index-dir", named_index / "idx", "--out", tmp_path / "x.csv",
+                   "--address-column", "addr", "--catalog-columns", "lon", "--device", "cpu")
+    assert unknown.exit_code == 1 and "'lon' is not a column of the catalog; it has 'name', 'category'" in unknown.output
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_frame_normalized_in_python_gets_the_same_columns(named_index):
+    pd = pytest.importorskip("pandas", reason="the pandas extra is not installed")
+    from mgeo_index.api import AddressIndex
+
+    frame = pd.DataFrame({"addr": ["福田区文明路564号", "福田区文明路564号"], "shop": ["21世纪不动产", "链家地产"]})
+    with AddressIndex.open(named_index / "idx", device="cpu") as idx:
+        out = idx.normalize(frame, address_column="addr", name_column="shop", catalog_columns=["name"], explain=True)
+    assert list(out.columns[-2:]) == ["match_name", "explain"]
+    assert out.loc[0, "match_id"] == "P2" and out.loc[0, "match_name"] == "21世纪不动产"
+    assert out.loc[1, "label"] != "exact_match"

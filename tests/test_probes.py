@@ -528,3 +528,22 @@ def test_a_phone_number_is_no_address(sample_index, tmp_path):
         got = [(r["status"], r["reason"]) for r in csv.DictReader(fh)]
     assert [s for s, _ in got] == ["rejected", "rejected", "matched"]
     assert all("only digits" in reason and "phone number" in reason for _, reason in got[:2])
+
+
+def test_the_jobs_table_reads_whole_at_80_columns():
+    from datetime import datetime
+
+    from rich.console import Console
+
+    from mgeo_index.cli.render import jobs_table
+    from mgeo_index.jobs import STATUSES
+
+    job = {"id": 12, "state": "running", "rows_total": 250_000, "rows_done": 16_384, "matched": 1_600, "ambiguous": 12,
+           "unmatched": 11_000, "rejected": 3, "updated_at": datetime(2026, 12, 7, 5, 36),
+           "input_path": "/data/very/long/folder/name/of/the/team/stores-of-the-whole-province.csv",
+           "output_path": "/data/very/long/folder/name/of/the/team/stores-of-the-whole-province.matched.csv"}
+    console = Console(width=80, record=True)
+    console.print(jobs_table([job], "/srv/indexes/shops", STATUSES))
+    text = console.export_text()
+    assert "…" not in text and all(n in text for n in ("running 7%", "16,384", "1,600", "11,000", "12-07 05:36"))
+    assert "stores-of-the-whole-province.matched.csv" in text.replace("\n", "")

@@ -51,6 +51,7 @@ class BuildResult:
     index_factory: str = ""
     address_column: str | None = None  # the columns read (detected, given or the catalog's own)
     name_column: str | None = None
+    other_columns: list[str] = field(default_factory=list)  # kept with each entry (answers' fields)
     id_column: str | None = None
     columns_reason: str = ""  # why those columns (detected: what their names and values said)
     blank_lines: int = 0  # blank lines in the file (no record, skipped)
@@ -261,6 +262,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
                          id_column=reader.id_column, name_column=reader.name_column, engine=runner.name,
+                         other_columns=[c for c in reader.columns if c not in (reader.address_column, reader.id_column)],
                          answers=settings.answer_settings(store.catalog_numbers(engine_, catalog),
                                                           store.catalog_profile(engine_, catalog)),
                          columns_reason="" if not new_catalog or kind != "build" else

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -89,6 +90,8 @@ def build_table(result) -> Table:
                     + (repr(result.id_column) if result.id_column else "none (rows keyed by their address)")
                     + (f", name {result.name_column!r}" if getattr(result, "name_column", None) else "")),
         *((("chosen", result.columns_reason),) if getattr(result, "columns_reason", "") else ()),
+        *((("other columns", f"{', '.join(result.other_columns)}: kept with each entry (answers' fields, normalize "
+                             "--catalog-columns)"),) if getattr(result, "other_columns", None) else ()),
         ("rows read", result.rows_read),
         ("new entries", result.rows_inserted),
         ("updated entries", result.rows_updated),
@@ -356,21 +359,24 @@ def print_normalize(result) -> None:
 _JOB_COLORS = {"complete": "green", "running": "cyan", "stale": "yellow", "interrupted": "yellow", "failed": "red"}
 
 
-def jobs_table(found: list[dict], where: str, statuses) -> Table:
-    table = Table(title=escape(f"Jobs in the store of {where}"), title_justify="left")
-    table.add_column("id", justify="right")
+def jobs_table(found: list[dict], where: str, statuses) -> Group:
+    """The jobs of a store: a table of counts that fits 80 columns (numbers never cut or wrapped), then each job's
+    input and output, one line a job, wrapped whole."""
+    table = Table(title=escape(f"Jobs in the store of {where}"), title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)  # no vertical rules: the columns fit 80 characters whole
+    table.add_column("id", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("rows", justify="right", no_wrap=True)
     for name in statuses:
-        table.add_column(name, justify="right")
-    table.add_column("input → output", overflow="fold")
-    table.add_column("updated (UTC)", no_wrap=True)
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("updated UTC", no_wrap=True)
+    files = []
     for job in found:
-        total = job["rows_total"]
-        done = f"{job['rows_done']:,}" + (f"/~{total:,}" if total and job["state"] != "complete" else "")
+        total, done = job["rows_total"], job["rows_done"]
+        share = f" {min(done / total, 1):.0%}" if total and job["state"] != "complete" else ""  # of the estimate
         table.add_row(
-            str(job["id"]), Text(job["state"], style=_JOB_COLORS.get(job["state"], "")), done,
-            *(f"{job[s]:,}" for s in statuses), escape(f"{Path(job['input_path']).name} → {job['output_path']}"),
-            f"{job['updated_at']:%m-%d %H:%M}",
+            str(job["id"]), Text(job["state"] + share, style=_JOB_COLORS.get(job["state"], "")), f"{done:,}",
+            *(f"{job[s]:,}" for s in statuses), f"{job['updated_at']:%m-%d %H:%M}",
         )
-    return table
+        files.append(Text(visible(f"{job['id']:>4}  {job['input_path']} → {job['output_path']}")))
+    return Group(table, *files)

@@ -48,6 +48,7 @@ from mgeo_index.jobs.policy import (
     JobError,
     Policy,
     rejected,
+    choose_catalog_columns,
     result_columns,
 )
 
@@ -207,6 +208,7 @@ def run_job(
     profile: str | None = None,
     name_column: str | None = None,
     explain: bool = False,
+    catalog_columns: str | list[str] | None = None,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
@@ -221,7 +223,8 @@ def run_job(
     :mod:`mgeo_index.tables`). ``name_column``: the input column naming each row's place (a store table kept as
     name + address): a row resolves as its address with the name after it, the name compared with each entry's
     (:mod:`mgeo_index.query.names`). ``explain``: a last column, ``explain``, with the best candidate's comparison
-    element by element, both values included (the API's objects, as JSON).
+    element by element, both values included (the API's objects, as JSON). ``catalog_columns``: the matched
+    entry's own catalog columns to add as ``match_<column>`` (names, comma-separated names, or ``"all"``).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -246,9 +249,11 @@ def run_job(
     if (locked := store.read_only(db_url)) is not None:
         raise JobError(f"cannot record the job in {locked}: it is read-only here; normalize with a writable copy of "
                        "the index, or give --db a writable store")
-    numbers, profile = _index_settings(index_dir, db_url, numbers, profile)
+    numbers, profile, fields = _index_settings(index_dir, db_url, numbers, profile)
+    catalog_columns = choose_catalog_columns(catalog_columns, fields)
     ident = index_identity(index_dir, model, cross_model, profile)
-    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain)
+    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain,
+                    catalog_columns=catalog_columns)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
         name_column=name_column,
@@ -261,10 +266,12 @@ def run_job(
         "min_probability": min_probability,
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
-        "output_columns": list(result_columns(explain)),  # parts of a job must all have the same columns
+        # parts of a job must all have the same columns
+        "output_columns": list(result_columns(explain, catalog_columns)),
         "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
     }
-    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values, explain=explain)
+    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values,
+                        columns=result_columns(explain, catalog_columns))
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
     resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
@@ -302,9 +309,11 @@ def run_job(
         eng.dispose()
 
 
-def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None) -> tuple[str, str]:
+def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None
+                    ) -> tuple[str, str, list[str]]:
     """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
-    defaults (:func:`mgeo_index.query.resolver.index_numbers`, :func:`mgeo_index.settings.profile`)."""
+    defaults (:func:`mgeo_index.query.resolver.index_numbers`, :func:`mgeo_index.settings.profile`); and the
+    catalog's other columns (what ``--catalog-columns`` may name)."""
     from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.query.resolver import index_numbers
 
@@ -312,7 +321,7 @@ def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: 
     try:
         catalog = read_descriptor(index_dir)["catalog"]
         return (index_numbers(eng, {"catalog": catalog}, numbers),
-                settings.profile(profile, store.catalog_profile(eng, catalog))[0])
+                settings.profile(profile, store.catalog_profile(eng, catalog))[0], store.catalog_fields(eng, catalog))
     finally:
         eng.dispose()
 

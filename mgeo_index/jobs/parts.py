@@ -19,10 +19,10 @@ class PartWriter:
     """Writes one chunk's output rows as a part file and merges parts into the output."""
 
     def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False,
-                 explain: bool = False) -> None:
+                 columns: tuple[str, ...] = result_columns()) -> None:
         self.fmt, self.out, self.raw = fmt, out, raw  # raw: CSV cells as they are (formulas not neutralised)
         self.input_columns = input_columns
-        self.columns = result_columns(explain)  # the result fields written, in order
+        self.columns = columns  # the result fields written, in order (jobs.policy.result_columns)
         prefix = RESULT_PREFIX if set(self.columns) & set(input_columns) else ""
         self.result_columns = [prefix + c for c in self.columns]
         self.delimiter = "\t" if out.suffix.lower() in (".tsv", ".tab") else ","
@@ -46,7 +46,7 @@ class PartWriter:
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
                     writer = TableWriter(fh, self.delimiter, raw=self.raw)
                     for record, res in zip(chunk.records, results):
-                        writer.writerow(as_text(record.values) + [res[c] for c in self.columns])
+                        writer.writerow(as_text(record.values) + [res.get(c, "") for c in self.columns])
 
         replace_atomic(path, write)
         return path.stat().st_size
@@ -56,7 +56,7 @@ class PartWriter:
 
         arrays = []
         for c in self.columns:
-            values = [r[c] for r in results]
+            values = [r.get(c) for r in results]
             if c == "probability":
                 arrays.append(pa.array(values, type=pa.float64()))
             else:

@@ -22,6 +22,7 @@ ADMIN_COLUMNS = tuple(f"admin_{level}{suffix}" for level in ("province", "city",
 RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability", "alternatives", "reason") + ADMIN_COLUMNS
 #: with ``explain``, a last column: the best candidate's comparison, element by element, with both values (JSON)
 EXPLAIN_COLUMN = "explain"
+MATCH_PREFIX = "match_"  # + a catalog column (--catalog-columns): the matched entry's value
 DEFAULT_MIN_PROBABILITY = 0.5
 #: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
 DEFAULT_MARGIN = 0.1
@@ -42,12 +43,29 @@ class Policy:
     top_k: int = DEFAULT_TOP_K
     numbers: str | None = None  # strict / loose (mgeo_index.model.numbers); None: the resolver's
     explain: bool = False  # add EXPLAIN_COLUMN
+    catalog_columns: tuple[str, ...] = ()  # the matched entry's catalog columns to add, as match_<column>
 
 
-def result_columns(explain: bool = False) -> tuple[str, ...]:
-    """The columns a job adds to each input row: :data:`RESULT_COLUMNS`, then :data:`EXPLAIN_COLUMN` with
-    ``explain``."""
-    return RESULT_COLUMNS + ((EXPLAIN_COLUMN,) if explain else ())
+def result_columns(explain: bool = False, catalog_columns: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns a job adds to each input row: :data:`RESULT_COLUMNS`, ``match_<column>`` for each of
+    ``catalog_columns``, then :data:`EXPLAIN_COLUMN` with ``explain``."""
+    return RESULT_COLUMNS + tuple(MATCH_PREFIX + c for c in catalog_columns) + ((EXPLAIN_COLUMN,) if explain else ())
+
+
+def choose_catalog_columns(wanted: str | Sequence[str] | None, available: Sequence[str]) -> tuple[str, ...]:
+    """The catalog columns a job adds (``--catalog-columns``): ``"all"``, names (a list or comma-separated), or
+    none; a name the catalog does not have is refused, naming those it has."""
+    if not wanted:
+        return ()
+    names = [c.strip() for c in wanted.split(",")] if isinstance(wanted, str) else [str(c).strip() for c in wanted]
+    if names == ["all"]:
+        return tuple(available)
+    unknown = [c for c in names if c not in available]
+    if unknown or not all(names):
+        raise JobError(f"--catalog-columns: {', '.join(map(repr, unknown)) or 'an empty name'} is not a column of the "
+                       f"catalog; it has {', '.join(map(repr, available)) or 'no columns but its address and id'} "
+                       "(or give all)")
+    return tuple(dict.fromkeys(names))
 
 
 def relevance(match: dict) -> float:
@@ -76,7 +94,8 @@ def _public_id(match: dict) -> str:
 
 
 def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
-    """The output fields of one resolved row from its ranked matches (best first)."""
+    """The output fields of one resolved row from its ranked matches (best first); a field a row has no value for
+    (a ``match_<column>`` of a row tied to no entry) is absent, written empty."""
     alternatives = [
         {
             "id": _public_id(m),
@@ -106,6 +125,8 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     close = len(matches) > 1 and relevance(best) - relevance(matches[1]) < policy.margin
     out.update(status="ambiguous" if unsure or close else "matched", match_id=_public_id(best),
                match_address=best["address"])
+    for column in policy.catalog_columns:
+        out[MATCH_PREFIX + column] = (best.get("fields") or {}).get(column, "")
     return out
 
 

@@ -98,7 +98,8 @@ class Resolver:
         setting when None (:mod:`mgeo_index.model.numbers`). ``names``: each query's place name, for queries
         kept as name + address (None or empty where a query has none): the query matches as its address with the
         name after it (:func:`~mgeo_index.text.with_name`), and the name is compared with each entry's
-        (:mod:`mgeo_index.query.names`). An index built with ``--name-column`` gives each match its ``name``.
+        (:mod:`mgeo_index.query.names`). An index built with ``--name-column`` gives each match its ``name``; every
+        match carries ``fields``, the entry's own catalog columns but its address and id (as the catalog wrote them).
         """
         numbers = number_policy.check_mode(numbers or self.numbers)
         if retrieval not in RETRIEVALS:
@@ -153,6 +154,7 @@ class Resolver:
                         "address": entries[i]["address"],
                         "score": score,
                         **self._name_of(entries[i]),
+                        "fields": dict(entries[i]["extra"] or {}),
                         "_normalized": entries[i]["normalized"],
                         "_fused": fused / top_fused,  # 1.0 for the best-retrieved candidate
                     }
@@ -206,7 +208,7 @@ class Resolver:
                     continue
                 base = dict(by_id.get(i) or {"id": i, "source_id": entries[i]["source_id"], "address": entries[i]["address"],
                                              "score": self._cosines(self._vector_of(text), [i])[0],
-                                             **self._name_of(entries[i])})
+                                             **self._name_of(entries[i]), "fields": dict(entries[i]["extra"] or {})})
                 if reranked:
                     base.update(label="exact_match", probability=1.0,
                                 probabilities={label: float(label == "exact_match") for label in LABELS})

@@ -19,7 +19,8 @@ class Match:
     ``explain`` ({element: {"state": agree | differ | only_a | only_b, "a": …, "b": …}}). ``source`` is
     ``"confirmed"`` for an entry a reviewer confirmed as this query's place (``mgeo-index review``), else None.
     ``name`` is the entry's name, from an index built with ``--name-column`` (None otherwise, or where its cell is
-    empty).
+    empty); ``fields`` the entry's other catalog columns, as the catalog wrote them (``{"lon": "114.05", "category":
+    "餐饮"}``: every column but the address and id ones).
     """
 
     id: int
@@ -32,6 +33,7 @@ class Match:
     explain: dict[str, dict] | None = None
     source: str | None = None
     name: str | None = None
+    fields: dict[str, str] | None = None
 
     @property
     def reranked(self) -> bool:
@@ -41,6 +43,8 @@ class Match:
         out: dict[str, Any] = {"id": self.id, "source_id": self.source_id, "address": self.address, "score": self.score}
         if self.name is not None:
             out["name"] = self.name
+        if self.fields is not None:
+            out["fields"] = dict(self.fields)
         if self.label is not None:
             out.update(label=self.label, probability=self.probability, probabilities=dict(self.probabilities or {}))
         if self.explain is not None:
@@ -54,7 +58,7 @@ class Match:
         return cls(id=int(data["id"]), address=data["address"], source_id=data.get("source_id"), score=data.get("score"),
                    label=data.get("label"), probability=data.get("probability"),
                    probabilities=data.get("probabilities"), explain=data.get("explain"), source=data.get("source"),
-                   name=data.get("name"))
+                   name=data.get("name"), fields=data.get("fields"))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 
 from mgeo_index import settings, store
 from mgeo_index.jobs.parts import RESULT_PREFIX
-from mgeo_index.jobs.policy import EXPLAIN_COLUMN, RESULT_COLUMNS
+from mgeo_index.jobs.policy import RESULT_COLUMNS
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.text import model_text, normalize, printable
 
@@ -106,8 +106,8 @@ def job_queries(engine, job_id: int, below: float = DEFAULT_BELOW) -> list[tuple
 
 def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
     """(address, status, probability) of each row of a job output (CSV/TSV as the job wrote it, or
-    Parquet). The result columns are the last len(RESULT_COLUMNS), whatever their prefix, but for an ``explain``
-    column after them (``normalize --explain``)."""
+    Parquet). The result columns come after the input's, ``status`` first (``mgeo_status`` where the input has a
+    ``status`` column), whatever follows them (``match_<column>``, ``explain``)."""
     if fmt == "parquet":
         from mgeo_index.jobs.inputs import require_pyarrow
 
@@ -123,11 +123,11 @@ def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tupl
 
 
 def _pick(header: list[str], rows, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
-    explained = bool(header) and header[-1] in (EXPLAIN_COLUMN, RESULT_PREFIX + EXPLAIN_COLUMN)  # normalize --explain
-    first_result = len(header) - len(RESULT_COLUMNS) - explained
-    status_at = first_result + RESULT_COLUMNS.index("status")
-    probability_at = first_result + RESULT_COLUMNS.index("probability")
-    address_at = header.index(address_column) if address_column in header[:first_result] else 0
+    # the job's columns follow the input's: the last status column is the job's (prefixed where the input has one)
+    prefix = RESULT_PREFIX if RESULT_PREFIX + "status" in header else ""
+    status_at = len(header) - 1 - header[::-1].index(prefix + "status")
+    probability_at = status_at + RESULT_COLUMNS.index("probability") - RESULT_COLUMNS.index("status")
+    address_at = header.index(address_column) if address_column in header[:status_at] else 0
     for values in rows:
         if len(values) == len(header):
             yield values[address_at], values[status_at], values[probability_at]

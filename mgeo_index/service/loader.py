@@ -42,9 +42,9 @@ def descriptor_version(descriptor: dict) -> str:
     return f"{descriptor.get('build_id')}:{descriptor.get('index_file')}"
 
 
-# The form of a cached answer: raised whenever the same index and models answer otherwise (here: the shown
-# probabilities fold in the decision offsets, and numbers are read as people write them).
-ANSWER_FORM = "a2"
+# The form of a cached answer: raised whenever the same index and models answer otherwise (here: names are read,
+# and each match carries its entry's name and other catalog columns).
+ANSWER_FORM = "a3"
 
 
 @dataclass

@@ -141,6 +141,15 @@ def catalog_id(engine: Engine, name: str) -> int | None:
         return session.scalar(select(Catalog.id).where(Catalog.name == name))
 
 
+def catalog_fields(engine: Engine, name: str) -> list[str]:
+    """The other columns of catalog ``name`` (every column but its address and id ones), in the file's order, as
+    its latest live entry keeps them; empty when it has none (or no entry)."""
+    with Session(engine) as session:
+        extra = session.scalar(select(Entry.extra).join(Catalog, Entry.catalog_id == Catalog.id)
+                               .where(Catalog.name == name, Entry.retired_at.is_(None)).order_by(Entry.id.desc()).limit(1))
+    return list(extra or {})
+
+
 # --------------------------------------------------------------------------- entries
 
 _ENTRY_FIELDS = ("key", "source_id", "address", "normalized", "extra", "line")
