@@ -3,6 +3,7 @@ nothing is answered silently wrong, and every output reads back as written."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -547,3 +548,48 @@ def test_the_jobs_table_reads_whole_at_80_columns():
     text = console.export_text()
     assert "…" not in text and all(n in text for n in ("running 7%", "16,384", "1,600", "11,000", "12-07 05:36"))
     assert "stores-of-the-whole-province.matched.csv" in text.replace("\n", "")
+
+
+# --------------------------------------------------------------------------- files a spreadsheet opens
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet", ".xlsx"])
+def test_a_job_writes_the_format_its_output_is_named_for_and_review_reads_it(sample_index, tmp_path, suffix):
+    from mgeo_index import store
+    from mgeo_index.review.queue import _job_rows
+
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow", reason="the parquet extra is not installed")
+    if suffix == ".xlsx":
+        pytest.importorskip("openpyxl", reason="the xlsx extra is not installed")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,addr\n1,深圳南山中山路75号东方科技园9号楼\n2,=cmd()\n3,\n", encoding="utf-8")
+    out = tmp_path / f"out{suffix}"
+    ran = _cli("normalize", rows, "--index-dir", sample_index, "--out", out)
+    assert ran.exit_code == 0, ran.output
+    job = store.list_jobs(store.connect(settings.database_url(sample_index)))[0]
+    got = list(_job_rows(out, job["output_format"], "addr", job["params"]["encoding"]))
+    assert [s for _, s, _ in got] == ["matched", "unmatched", "rejected"]
+    assert got[0][0] == "深圳南山中山路75号东方科技园9号楼"
+    if suffix == ".xlsx":
+        from openpyxl import load_workbook
+
+        sheet = load_workbook(out).active
+        assert sheet.cell(2, 6).value == "exact_match" and isinstance(sheet.cell(2, 7).value, float)
+        assert sheet.cell(3, 2).value == "'=cmd()" and sheet.cell(3, 2).data_type == "s"  # text, not a formula
+
+
+def test_an_output_keeps_the_inputs_encoding_or_the_one_asked_for_and_unknown_suffixes_are_refused(
+        sample_index, tmp_path):
+    rows = tmp_path / "rows.csv"
+    rows.write_bytes("\ufeffid,addr\n1,深圳南山中山路75号东方科技园9号楼\n".encode("utf-8"))
+    out = tmp_path / "out.csv"
+    assert _cli("normalize", rows, "--index-dir", sample_index, "--out", out).exit_code == 0
+    assert out.read_bytes().startswith(b"\xef\xbb\xbfid,addr,status") and "东方科技园" in out.read_text("utf-8-sig")
+    gb = tmp_path / "gb.csv"
+    assert _cli("normalize", rows, "--index-dir", sample_index, "--out", gb, "--encoding", "gb18030").exit_code == 0
+    assert "东方科技园" in gb.read_bytes().decode("gb18030") and not gb.read_bytes().startswith(b"\xef\xbb\xbf")
+    for args, said in ((("--out", tmp_path / "out.txt"), "no known format for the suffix '.txt'"),
+                       (("--out", tmp_path / "o.csv", "--encoding", "latin-1"), "--encoding must be one of"),
+                       (("--out", tmp_path / "o.jsonl", "--encoding", "gb18030"), "--encoding is for CSV and TSV")):
+        refused = _cli("normalize", rows, "--index-dir", sample_index, *args)
+        assert refused.exit_code == 1 and said in refused.output and not Path(args[1]).exists()

@@ -31,7 +31,8 @@ def normalize(
     min_probability: Annotated[float, typer.Option(min=0.0, max=1.0, help="Least probability of the best candidate's label to call it matched.")] = _default("DEFAULT_MIN_PROBABILITY"),
     ambiguous_margin: Annotated[float, typer.Option(min=0.0, max=1.0, help="Ambiguous when the runner-up's P(exact)+½P(partial) is within this of the best's.")] = _default("DEFAULT_MARGIN"),
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates retrieved and reranked per row.")] = _default("DEFAULT_TOP_K"),
-    output_format: Annotated[str | None, typer.Option("--format", help="csv or parquet \\[default: from the --out suffix].")] = None,
+    output_format: Annotated[str | None, typer.Option("--format", help="csv, jsonl, parquet or xlsx \\[default: from the --out suffix: .csv, .tsv, .jsonl, .parquet, .xlsx; another suffix is refused].")] = None,
+    encoding: Annotated[str | None, typer.Option(help="Of a CSV / TSV output: utf-8, utf-8-sig (with the BOM Excel on Windows reads) or gb18030 \\[default: the input's].")] = None,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows per checkpoint (and per part file).")] = _default("DEFAULT_CHUNK_SIZE"),
     batch_size: Annotated[int, typer.Option(min=1, help="Rows per resolver call.")] = _default("DEFAULT_BATCH_SIZE"),
     engine: Annotated[str, typer.Option(help="local, or ray (Ray Data actor pool).")] = "local",
@@ -80,7 +81,7 @@ def normalize(
             result = normalize_file(
                 input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
                 address_column=address_column, id_column=id_column, name_column=name_column, explain=explain,
-                catalog_columns=catalog_columns,
+                catalog_columns=catalog_columns, encoding=encoding,
                 min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,

@@ -35,8 +35,8 @@ from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.compute.runners import Runner
 from mgeo_index.catalog.reader import check_input_file
 from mgeo_index.compute.task import Task
-from mgeo_index.jobs.inputs import PARQUET_SUFFIXES, Chunk, fingerprint_input, input_format, open_input
-from mgeo_index.jobs.parts import PartWriter, part_name, parts_dir
+from mgeo_index.jobs.inputs import Chunk, fingerprint_input, input_format, open_input
+from mgeo_index.jobs.parts import PartWriter, output_encoding, output_format as choose_format, part_name, parts_dir
 from mgeo_index.jobs.resolving import resolve_chunks, resolve_task
 from mgeo_index.jobs.policy import (
     DEFAULT_BATCH_SIZE,
@@ -53,7 +53,7 @@ from mgeo_index.jobs.policy import (
 )
 
 # Parameters that change the output rows: a job resumes only when they are all the same.
-RESULT_PARAMS = ("address_column", "id_column", "name_column", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
+RESULT_PARAMS = ("address_column", "id_column", "name_column", "encoding", "min_probability", "margin", "top_k", "chunk_size", "batch_size", "output_format",
                  "output_columns", "backend", "numbers", "raw_values", "profile")  # backends agree on labels, on probabilities to about 1e-3: not mixed
 STALE_AFTER = timedelta(minutes=2)  # a running job on another host with no checkpoint for this long may be resumed
 
@@ -163,7 +163,7 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
     old = job.get("params") or {}
     changed = [f"{k} {old.get(k)!r} → {params.get(k)!r}" for k in RESULT_PARAMS
                if old.get(k) != params.get(k) and (k in old or k not in ("backend", "numbers", "raw_values", "profile",
-                                                                        "name_column"))]  # older jobs
+                                                                        "name_column", "encoding"))]  # older jobs
     if changed:
         problems.append("parameters differ: " + ", ".join(changed))
     if old.get("backend") and old.get("backend") != params.get("backend"):  # e.g. started on a CPU with another default
@@ -209,6 +209,7 @@ def run_job(
     name_column: str | None = None,
     explain: bool = False,
     catalog_columns: str | list[str] | None = None,
+    encoding: str | None = None,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
@@ -225,6 +226,8 @@ def run_job(
     (:mod:`mgeo_index.query.names`). ``explain``: a last column, ``explain``, with the best candidate's comparison
     element by element, both values included (the API's objects, as JSON). ``catalog_columns``: the matched
     entry's own catalog columns to add as ``match_<column>`` (names, comma-separated names, or ``"all"``).
+    ``output_format``: csv, jsonl, parquet or xlsx (default: from the output's suffix, :data:`~mgeo_index.jobs.parts.FORMATS`;
+    an unknown one is refused); ``encoding``: a CSV / TSV output's (utf-8, utf-8-sig, gb18030; default the input's).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -237,9 +240,9 @@ def run_job(
         raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
     if chunk_size < 1 or batch_size < 1 or top_k < 1:
         raise ValueError("--chunk-size, --batch-size and --top-k must be at least 1")
-    fmt = output_format or ("parquet" if output_path.suffix.lower() in PARQUET_SUFFIXES else "csv")
-    if fmt not in ("csv", "parquet"):
-        raise ValueError(f"--format must be csv or parquet, not {fmt!r}")
+    fmt = choose_format(output_path, output_format)
+    if encoding is not None and fmt != "csv":
+        raise JobError(f"--encoding is for CSV and TSV outputs; a {fmt} output is written as its format says")
     check_input_file(input_path, "input file")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
@@ -269,9 +272,10 @@ def run_job(
         # parts of a job must all have the same columns
         "output_columns": list(result_columns(explain, catalog_columns)),
         "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
+        "encoding": output_encoding(encoding, reader.encoding) if fmt == "csv" else "utf-8",
     }
     writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values,
-                        columns=result_columns(explain, catalog_columns))
+                        columns=result_columns(explain, catalog_columns), encoding=params["encoding"])
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
     resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],

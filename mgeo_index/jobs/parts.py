@@ -1,8 +1,15 @@
 """A normalize job's output: one *part file* per chunk, each written atomically
 (:func:`mgeo_index.files.replace_atomic`: aside, fsynced, renamed) before it is recorded as a
-checkpoint, and the parts merged into the output file (atomically too) when every record is done."""
+checkpoint, and the parts merged into the output file (atomically too) when every record is done.
+
+Formats (:data:`FORMATS`, from the output's suffix): CSV and TSV (in the job's encoding: UTF-8, UTF-8 with a BOM
+as Excel on Windows reads it, or GB18030), JSON Lines (UTF-8), Parquet, and Excel workbooks (``.xlsx``, through
+openpyxl: ``pip install 'mgeo-index[xlsx]'``; its parts are CSV, made one workbook at the end).
+"""
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -10,17 +17,52 @@ from typing import Any
 from mgeo_index.files import replace_atomic
 from mgeo_index.tables import TableWriter
 from mgeo_index.jobs.inputs import Chunk, as_text, require_pyarrow
-from mgeo_index.jobs.policy import result_columns
+from mgeo_index.jobs.policy import JobError, result_columns
 
 RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already has a column of that name
+FORMATS = {".csv": "csv", ".tsv": "csv", ".tab": "csv", ".jsonl": "jsonl", ".parquet": "parquet", ".pq": "parquet",
+           ".xlsx": "xlsx"}
+ENCODINGS = ("utf-8", "utf-8-sig", "gb18030")  # of CSV / TSV outputs
+
+
+def output_format(out: Path, given: str | None = None) -> str:
+    """The format of a job's output: ``given`` (``--format``), else its suffix's (:data:`FORMATS`); an unknown
+    suffix or format is refused (nothing would open the file as named)."""
+    if given is not None:
+        if given not in set(FORMATS.values()):
+            raise JobError(f"--format must be one of {', '.join(sorted(set(FORMATS.values())))}, not {given!r}")
+        return given
+    found = FORMATS.get(out.suffix.lower())
+    if found is None:
+        raise JobError(f"--out {out}: no known format for the suffix {out.suffix or '(none)'!r}; name it "
+                       f"{', '.join(FORMATS)} (or give --format)")
+    return found
+
+
+def output_encoding(given: str | None, input_encoding: str) -> str:
+    """A CSV / TSV output's encoding: ``given`` (``--encoding``), else the input's when it is one of
+    :data:`ENCODINGS` (a GB18030 or BOM input comes back the same, for the same spreadsheet), else UTF-8."""
+    if given is not None:
+        if given not in ENCODINGS:
+            raise JobError(f"--encoding must be one of {', '.join(ENCODINGS)}, not {given!r}")
+        return given
+    return input_encoding if input_encoding in ENCODINGS else "utf-8"
+
+
+def require_openpyxl():
+    try:
+        import openpyxl  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise JobError("an .xlsx output needs openpyxl: pip install 'mgeo-index[xlsx]' (or write .csv)") from None
 
 
 class PartWriter:
     """Writes one chunk's output rows as a part file and merges parts into the output."""
 
     def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False,
-                 columns: tuple[str, ...] = result_columns()) -> None:
+                 columns: tuple[str, ...] = result_columns(), encoding: str = "utf-8") -> None:
         self.fmt, self.out, self.raw = fmt, out, raw  # raw: CSV cells as they are (formulas not neutralised)
+        self.encoding = encoding if fmt == "csv" else "utf-8"  # the output's; parts carry no BOM
         self.input_columns = input_columns
         self.columns = columns  # the result fields written, in order (jobs.policy.result_columns)
         prefix = RESULT_PREFIX if set(self.columns) & set(input_columns) else ""
@@ -28,6 +70,8 @@ class PartWriter:
         self.delimiter = "\t" if out.suffix.lower() in (".tsv", ".tab") else ","
         if fmt == "parquet":
             require_pyarrow()
+        if fmt == "xlsx":
+            require_openpyxl()
 
     def header(self) -> list[str]:
         return self.input_columns + self.result_columns
@@ -41,9 +85,18 @@ class PartWriter:
 
             def write(tmp: str) -> None:
                 pq.write_table(table, tmp)
-        else:
+        elif self.fmt == "jsonl":
             def write(tmp: str) -> None:
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                    for record, res in zip(chunk.records, results):
+                        values = as_text(record.values) + [res.get(c) if c == "probability" else res.get(c, "")
+                                                           for c in self.columns]
+                        fh.write(json.dumps(dict(zip(self.header(), values)), ensure_ascii=False) + "\n")
+        else:  # CSV / TSV, and an xlsx output's parts
+            part_encoding = "utf-8" if self.encoding == "utf-8-sig" else self.encoding
+
+            def write(tmp: str) -> None:
+                with open(tmp, "w", encoding=part_encoding, newline="") as fh:
                     writer = TableWriter(fh, self.delimiter, raw=self.raw)
                     for record, res in zip(chunk.records, results):
                         writer.writerow(as_text(record.values) + [res.get(c, "") for c in self.columns])
@@ -90,14 +143,31 @@ class PartWriter:
                 finally:
                     if writer is not None:
                         writer.close()
-        else:
+        elif self.fmt == "xlsx":
             def write(tmp: str) -> None:
-                with open(tmp, "w", encoding="utf-8", newline="") as dst:
-                    TableWriter(dst, self.delimiter, raw=self.raw).writerow(self.header())
+                from openpyxl import Workbook
+
+                book = Workbook(write_only=True)
+                sheet = book.create_sheet("normalized")
+                sheet.append(self.header())
+                at = len(self.input_columns) + self.columns.index("probability")
+                for part in parts:
+                    with open(part, encoding="utf-8", newline="") as src:
+                        for row in csv.reader(src, delimiter=self.delimiter):
+                            if row[at]:  # a number in the sheet; cells starting = + - @ were neutralised in the part
+                                row[at] = float(row[at])
+                            sheet.append(row)
+                book.save(tmp)
+        else:  # CSV / TSV in the output's encoding (a BOM first for utf-8-sig), JSON Lines: the parts as they are
+            def write(tmp: str) -> None:
+                with open(tmp, "w", encoding=self.encoding, newline="") as dst:
+                    if self.fmt == "csv":
+                        TableWriter(dst, self.delimiter, raw=self.raw).writerow(self.header())
                     dst.flush()
-                    for part in parts:
-                        with open(part, encoding="utf-8", newline="") as src:
-                            shutil.copyfileobj(src, dst, 1 << 20)
+                    with open(tmp, "ab") as raw_dst:
+                        for part in parts:
+                            with open(part, "rb") as src:
+                                shutil.copyfileobj(src, raw_dst, 1 << 20)
 
         replace_atomic(self.out, write)
 
@@ -111,4 +181,4 @@ def parts_dir(out: Path, job_id: int) -> Path:
 
 
 def part_name(seq: int, fmt: str) -> str:
-    return f"part-{seq:06d}.{'parquet' if fmt == 'parquet' else 'csv'}"
+    return f"part-{seq:06d}.{fmt if fmt in ('parquet', 'jsonl') else 'csv'}"

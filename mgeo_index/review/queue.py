@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,19 +97,22 @@ def job_queries(engine, job_id: int, below: float = DEFAULT_BELOW) -> list[tuple
     out_path = Path(job["output_path"])
     if not out_path.is_file():
         raise FileNotFoundError(f"job {job_id}'s output {out_path} is gone")
-    address_column = (job.get("params") or {}).get("address_column")
+    params = job.get("params") or {}
     out = []
-    for row, (address, status, probability) in enumerate(_job_rows(out_path, job["output_format"], address_column), 1):
+    rows = _job_rows(out_path, job["output_format"], params.get("address_column"), params.get("encoding") or "utf-8")
+    for row, (address, status, probability) in enumerate(rows, 1):
         below_threshold = probability not in (None, "") and float(probability) < below
         if status in REVIEW_STATUSES or (status == "matched" and below_threshold):
             out.append((row, printable(address or "")))
     return out
 
 
-def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tuple[str, str, Any]]:
-    """(address, status, probability) of each row of a job output (CSV/TSV as the job wrote it, or
-    Parquet). The result columns come after the input's, ``status`` first (``mgeo_status`` where the input has a
-    ``status`` column), whatever follows them (``match_<column>``, ``explain``)."""
+def _job_rows(path: Path, fmt: str, address_column: str | None, encoding: str = "utf-8"
+              ) -> Iterator[tuple[str, str, Any]]:
+    """(address, status, probability) of each row of a job output, in any of its formats (CSV/TSV in the job's
+    ``encoding``, JSON Lines, Parquet, xlsx). The result columns come after the input's, ``status`` first
+    (``mgeo_status`` where the input has a ``status`` column), whatever follows them (``match_<column>``,
+    ``explain``)."""
     if fmt == "parquet":
         from mgeo_index.jobs.inputs import require_pyarrow
 
@@ -117,7 +122,21 @@ def _job_rows(path: Path, fmt: str, address_column: str | None) -> Iterator[tupl
         table = pq.read_table(path)
         yield from _pick(table.column_names, zip(*(c.to_pylist() for c in table.columns)), address_column)
         return
-    with open(path, encoding="utf-8", newline="") as fh:
+    if fmt == "xlsx":
+        from openpyxl import load_workbook
+
+        rows = load_workbook(path, read_only=True).active.iter_rows(values_only=True)
+        yield from _pick(["" if v is None else str(v) for v in next(rows, ())],
+                         (["" if v is None else v for v in r] for r in rows), address_column)
+        return
+    if fmt == "jsonl":
+        with open(path, encoding="utf-8") as fh:
+            first = [json.loads(line) for line in itertools.islice(fh, 1)]
+            header = list(first[0]) if first else []
+            lines = itertools.chain(first, (json.loads(line) for line in fh))
+            yield from _pick(header, ([obj.get(c) for c in header] for obj in lines), address_column)
+        return
+    with open(path, encoding=encoding, newline="") as fh:
         reader = csv.reader(fh, delimiter="\t" if path.suffix.lower() in (".tsv", ".tab") else ",")
         yield from _pick(next(reader, []), reader, address_column)
 
