@@ -216,13 +216,14 @@ class AddressIndex:
     def normalize(self, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
                   margin: float | None = None, top_k: int | None = None, batch_size: int = 256,
                   name_column: str | None = None, explain: bool = False,
-                  catalog_columns: str | Sequence[str] | None = None) -> "pd.DataFrame":
+                  catalog_columns: str | Sequence[str] | None = None, coordinates: bool = False) -> "pd.DataFrame":
         """A copy of ``frame`` with the columns a ``normalize`` job writes (``status`` matched / ambiguous /
         unmatched / rejected, ``match_id``, ``match_address``, ``label``, ``probability``,
         ``alternatives``, ``reason``, ``admin_*``; prefixed ``mgeo_`` where ``frame`` has that column
         already). Each distinct query (address, and name where ``name_column`` names each row's place) is resolved
         once; ``catalog_columns`` (names, or ``"all"``) adds the matched entry's own catalog columns as
-        ``match_<column>``; ``explain`` adds a last column, ``explain``: the best candidate compared element by
+        ``match_<column>``; ``coordinates`` adds ``lon``, ``lat`` and ``coordinates_precision`` (the entry's, or an
+        admin centre's); ``explain`` adds a last column, ``explain``: the best candidate compared element by
         element (JSON).
         Needs pandas (``pip install 'mgeo-index[pandas]'``)."""
         from mgeo_index.jobs import frame as normalize_frame
@@ -230,7 +231,7 @@ class AddressIndex:
         return normalize_frame.normalize_frame(self._resolver, frame, address_column=address_column,
                                                min_probability=min_probability, margin=margin, top_k=top_k,
                                                batch_size=batch_size, name_column=name_column, explain=explain,
-                                               catalog_columns=catalog_columns)
+                                               catalog_columns=catalog_columns, coordinates=coordinates)
 
     # ------------------------------------------------------------------ updates
 

@@ -599,3 +599,31 @@ def test_an_output_keeps_the_inputs_encoding_or_the_one_asked_for_and_unknown_su
                        (("--out", tmp_path / "o.jsonl", "--encoding", "gb18030"), "--encoding is for CSV and TSV")):
         refused = _cli("normalize", rows, "--index-dir", sample_index, *args)
         assert refused.exit_code == 1 and said in refused.output and not Path(args[1]).exists()
+
+
+def test_coordinates_come_from_the_matched_entry_else_an_admin_centre_with_its_level(tmp_path):
+    import csv
+
+    catalog = tmp_path / "geo.csv"
+    catalog.write_text("poi_id,address,name,经度,纬度\nG1,深圳市福田区文明路564号,名仕之家,114.0579,22.5431\n"
+                       "G2,深圳市福田区文明路564号,21世纪不动产,,\nG3,深圳市南山区科苑路15号,星巴克,200.5,22.54\n"
+                       "G4,深圳市南山区科苑路16号,喜茶,abc,22.54\n", encoding="utf-8")
+    built = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--id-column", "poi_id", "--name-column", "name")
+    assert built.exit_code == 0, built.output
+    rejects = (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
+    assert "longitude '200.5' in column '经度' is not a number from -180 to 180" in rejects and "'abc'" in rejects
+    stores = tmp_path / "stores.csv"
+    stores.write_text("store,addr,shop\nA,福田区文明路564号,名仕之家\nB,福田区文明路564号,21世纪不动产\n"
+                      "C,深圳市南山区粤海街道某某路99号,某店\nD,,x\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    ran = _cli("normalize", stores, "--index-dir", tmp_path / "idx", "--out", out, "--address-column", "addr",
+               "--name-column", "shop", "--coordinates")
+    assert ran.exit_code == 0, ran.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        rows = {r["store"]: r for r in csv.DictReader(fh)}
+    assert (rows["A"]["lon"], rows["A"]["lat"], rows["A"]["coordinates_precision"]) == ("114.057900", "22.543100", "entry")
+    # matched, but its entry has no coordinates: the address's admin centre, its level named
+    assert rows["B"]["status"] == "matched" and rows["B"]["coordinates_precision"] == "district"
+    assert rows["C"]["status"] != "matched" and rows["C"]["coordinates_precision"] == "district"
+    assert float(rows["C"]["lon"]) == pytest.approx(113.93, abs=0.01)  # 南山区's centre
+    assert (rows["D"]["status"], rows["D"]["lon"], rows["D"]["coordinates_precision"]) == ("rejected", "", "")

@@ -239,7 +239,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
             reader = read_catalog(
                 catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
                 chunk_size=chunk_size, detect_id=kind == "build" and new_catalog and id_column is None,
-                name_column=name_column,
+                name_column=name_column, check_coordinates=True,
             )
         except CatalogError as exc:
             if kind != "add":

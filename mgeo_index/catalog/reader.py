@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mgeo_index.catalog.coordinates import coordinate, coordinate_names
 from mgeo_index.settings import MAX_QUERY_CHARS
 from mgeo_index.text.normalize import normalize, visible, with_name
 
@@ -364,6 +365,7 @@ class CatalogReader:
         reject_blank: bool = False,
         name_column: str | None = None,
         what: str = "catalog file",
+        check_coordinates: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -422,6 +424,9 @@ class CatalogReader:
         else:
             self.id_column, self.id_reason = None, "none given: rows are keyed by their address"
         self.name_column = None if name_column is None else _resolve_column(name_column, self.columns, "name")
+        # a catalog's coordinate columns, by name (jobs.policy.LON_NAMES / LAT_NAMES): a value out of range is a reject
+        self.coordinate_columns = [(self.columns.index(c), c, bound) for c, bound in
+                                   zip(coordinate_names(self.columns), (180, 90)) if c] if check_coordinates else []
         if self.name_column is not None and self.name_column in (self.address_column, self.id_column):
             raise CatalogError(f"the name column {self.name_column!r} is also the address or id column; "
                                "name the column that holds each place's name")
@@ -536,6 +541,12 @@ class CatalogReader:
                 f"{what} has {len(matched)} characters, longer than the model's limit of "
                 f"{self.max_chars}; shorten or split it"
             )
+        for i, column, bound in self.coordinate_columns:
+            try:
+                coordinate(fields[i], -bound, bound)
+            except ValueError:
+                return reject(f"{'longitude' if bound == 180 else 'latitude'} {fields[i].strip()[:30]!r} in column "
+                              f"{column!r} is not a number from {-bound} to {bound}; fix it or leave it empty")
         source_id: str | None = None
         if id_i is not None:
             source_id = fields[id_i].strip()
@@ -567,6 +578,7 @@ def read_catalog(
     reject_blank: bool = False,
     name_column: str | None = None,
     what: str = "catalog file",
+    check_coordinates: bool = False,
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
@@ -589,6 +601,7 @@ def read_catalog(
         reject_blank=reject_blank,
         name_column=name_column,
         what=what,
+        check_coordinates=check_coordinates,
     )
 
 

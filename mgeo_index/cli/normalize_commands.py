@@ -48,6 +48,7 @@ def normalize(
     numbers: Numbers = None,
     raw_values: RawValues = False,
     profile: Profile = None,
+    coordinates: Annotated[bool, typer.Option("--coordinates", help="Add lon, lat and coordinates_precision: the matched entry's own coordinates (precision entry; catalog columns named lon/lng/longitude/经度 and lat/latitude/纬度, in the catalog's coordinate system), else the centre of the deepest admin level the address resolves to (town, district, city or province), else none.")] = False,
     catalog_columns: Annotated[str | None, typer.Option(help="The matched entry's own catalog columns to add, as match_<column> (comma-separated, e.g. lon,lat,category, or all); empty for rows tied to no entry.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Add a last column, explain: the best candidate compared element by element with both values, as JSON ({\"room\": {\"state\": \"differs\", \"query\": \"1201室\", \"candidate\": \"12楼02\", \"text\": …}}).")] = False,
 ) -> None:
@@ -81,7 +82,7 @@ def normalize(
             result = normalize_file(
                 input, out, index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
                 address_column=address_column, id_column=id_column, name_column=name_column, explain=explain,
-                catalog_columns=catalog_columns, encoding=encoding,
+                catalog_columns=catalog_columns, encoding=encoding, coordinates=coordinates,
                 min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
                 batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,

@@ -23,7 +23,7 @@ PANDAS_HINT = "AddressIndex.normalize needs pandas: pip install 'mgeo-index[pand
 def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min_probability: float | None = None,
                     margin: float | None = None, top_k: int | None = None, batch_size: int = 256,
                     name_column: str | None = None, explain: bool = False,
-                    catalog_columns: str | Sequence[str] | None = None) -> "pd.DataFrame":
+                    catalog_columns: str | Sequence[str] | None = None, coordinates: bool = False) -> "pd.DataFrame":
     try:
         import pandas as pd
     except ImportError:
@@ -37,7 +37,7 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
     defaults = Policy()
     policy = Policy(min_probability=defaults.min_probability if min_probability is None else min_probability,
                     margin=defaults.margin if margin is None else margin,
-                    top_k=defaults.top_k if top_k is None else top_k, explain=explain,
+                    top_k=defaults.top_k if top_k is None else top_k, explain=explain, coordinates=coordinates,
                     catalog_columns=choose_catalog_columns(
                         catalog_columns, store.catalog_fields(resolver.engine, resolver.descriptor["catalog"])))
     def cells(column: str) -> list[str]:
@@ -55,7 +55,7 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
             rows.append(next(found))
         else:
             rows.append(rejected("empty address" if not text.strip() else reason))
-    columns = result_columns(explain, policy.catalog_columns)
+    columns = result_columns(explain, policy.catalog_columns, coordinates)
     prefix = RESULT_PREFIX if set(columns) & set(map(str, frame.columns)) else ""
     result = pd.DataFrame([[row.get(c, "") for c in columns] for row in rows], index=frame.index, columns=list(columns))
     return pd.concat([frame, result.add_prefix(prefix)], axis=1)

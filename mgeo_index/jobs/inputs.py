@@ -80,6 +80,7 @@ class ParquetReader(CatalogReader):
         self.path = Path(path)
         check_input_file(self.path, "input file")
         self.max_chars, self.chunk_size, self.dedupe = max_chars, chunk_size, False
+        self.coordinate_columns = []  # an input's columns pass through as they are (a catalog's are checked)
         self.encoding, self.delimiter = "utf-8", "\t"
         try:
             self.file = pq.ParquetFile(self.path)

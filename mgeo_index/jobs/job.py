@@ -210,6 +210,7 @@ def run_job(
     explain: bool = False,
     catalog_columns: str | list[str] | None = None,
     encoding: str | None = None,
+    coordinates: bool = False,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
@@ -228,6 +229,7 @@ def run_job(
     entry's own catalog columns to add as ``match_<column>`` (names, comma-separated names, or ``"all"``).
     ``output_format``: csv, jsonl, parquet or xlsx (default: from the output's suffix, :data:`~mgeo_index.jobs.parts.FORMATS`;
     an unknown one is refused); ``encoding``: a CSV / TSV output's (utf-8, utf-8-sig, gb18030; default the input's).
+    ``coordinates``: add ``lon``, ``lat`` and ``coordinates_precision`` (:func:`~mgeo_index.jobs.policy.coordinates_of`).
     """
     started = time.perf_counter()
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
@@ -256,7 +258,7 @@ def run_job(
     catalog_columns = choose_catalog_columns(catalog_columns, fields)
     ident = index_identity(index_dir, model, cross_model, profile)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain,
-                    catalog_columns=catalog_columns)
+                    catalog_columns=catalog_columns, coordinates=coordinates)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
         name_column=name_column,
@@ -270,12 +272,12 @@ def run_job(
         "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
         # parts of a job must all have the same columns
-        "output_columns": list(result_columns(explain, catalog_columns)),
+        "output_columns": list(result_columns(explain, catalog_columns, coordinates)),
         "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
         "encoding": output_encoding(encoding, reader.encoding) if fmt == "csv" else "utf-8",
     }
     writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values,
-                        columns=result_columns(explain, catalog_columns), encoding=params["encoding"])
+                        columns=result_columns(explain, catalog_columns, coordinates), encoding=params["encoding"])
 
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
     resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],

@@ -23,6 +23,7 @@ RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already ha
 FORMATS = {".csv": "csv", ".tsv": "csv", ".tab": "csv", ".jsonl": "jsonl", ".parquet": "parquet", ".pq": "parquet",
            ".xlsx": "xlsx"}
 ENCODINGS = ("utf-8", "utf-8-sig", "gb18030")  # of CSV / TSV outputs
+NUMBERS = ("probability", "lon", "lat")  # result columns written as numbers where the format has them
 
 
 def output_format(out: Path, given: str | None = None) -> str:
@@ -89,7 +90,7 @@ class PartWriter:
             def write(tmp: str) -> None:
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
                     for record, res in zip(chunk.records, results):
-                        values = as_text(record.values) + [res.get(c) if c == "probability" else res.get(c, "")
+                        values = as_text(record.values) + [_number(res.get(c)) if c in NUMBERS else res.get(c, "")
                                                            for c in self.columns]
                         fh.write(json.dumps(dict(zip(self.header(), values)), ensure_ascii=False) + "\n")
         else:  # CSV / TSV, and an xlsx output's parts
@@ -110,8 +111,8 @@ class PartWriter:
         arrays = []
         for c in self.columns:
             values = [r.get(c) for r in results]
-            if c == "probability":
-                arrays.append(pa.array(values, type=pa.float64()))
+            if c in NUMBERS:
+                arrays.append(pa.array([_number(v) for v in values], type=pa.float64()))
             else:
                 arrays.append(pa.array([v or "" for v in values], type=pa.string()))
         return arrays
@@ -150,12 +151,12 @@ class PartWriter:
                 book = Workbook(write_only=True)
                 sheet = book.create_sheet("normalized")
                 sheet.append(self.header())
-                at = len(self.input_columns) + self.columns.index("probability")
+                numeric = [len(self.input_columns) + i for i, c in enumerate(self.columns) if c in NUMBERS]
                 for part in parts:
                     with open(part, encoding="utf-8", newline="") as src:
                         for row in csv.reader(src, delimiter=self.delimiter):
-                            if row[at]:  # a number in the sheet; cells starting = + - @ were neutralised in the part
-                                row[at] = float(row[at])
+                            for at in numeric:  # numbers in the sheet; cells starting = + - @ were neutralised
+                                row[at] = float(row[at]) if row[at] else None
                             sheet.append(row)
                 book.save(tmp)
         else:  # CSV / TSV in the output's encoding (a BOM first for utf-8-sig), JSON Lines: the parts as they are
@@ -170,6 +171,10 @@ class PartWriter:
                                 shutil.copyfileobj(src, raw_dst, 1 << 20)
 
         replace_atomic(self.out, write)
+
+
+def _number(v: Any) -> float | None:
+    return None if v is None or v == "" else float(v)
 
 
 def _text(v: Any) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mgeo_index.catalog.coordinates import coordinate, coordinate_names
+
 STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
 #: the input address's standardized admin levels (mgeo_index.text.parser), inferred levels included
 ADMIN_COLUMNS = tuple(f"admin_{level}{suffix}" for level in ("province", "city", "district") for suffix in ("", "_code"))
@@ -23,6 +25,8 @@ RESULT_COLUMNS = ("status", "match_id", "match_address", "label", "probability",
 #: with ``explain``, a last column: the best candidate's comparison, element by element, with both values (JSON)
 EXPLAIN_COLUMN = "explain"
 MATCH_PREFIX = "match_"  # + a catalog column (--catalog-columns): the matched entry's value
+#: with ``coordinates``: where the row's place is, and how precisely (entry, town, district, city, province)
+COORDINATE_COLUMNS = ("lon", "lat", "coordinates_precision")
 DEFAULT_MIN_PROBABILITY = 0.5
 #: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
 DEFAULT_MARGIN = 0.1
@@ -44,12 +48,36 @@ class Policy:
     numbers: str | None = None  # strict / loose (mgeo_index.model.numbers); None: the resolver's
     explain: bool = False  # add EXPLAIN_COLUMN
     catalog_columns: tuple[str, ...] = ()  # the matched entry's catalog columns to add, as match_<column>
+    coordinates: bool = False  # add COORDINATE_COLUMNS
 
 
-def result_columns(explain: bool = False, catalog_columns: Sequence[str] = ()) -> tuple[str, ...]:
+def result_columns(explain: bool = False, catalog_columns: Sequence[str] = (), coordinates: bool = False
+                   ) -> tuple[str, ...]:
     """The columns a job adds to each input row: :data:`RESULT_COLUMNS`, ``match_<column>`` for each of
-    ``catalog_columns``, then :data:`EXPLAIN_COLUMN` with ``explain``."""
-    return RESULT_COLUMNS + tuple(MATCH_PREFIX + c for c in catalog_columns) + ((EXPLAIN_COLUMN,) if explain else ())
+    ``catalog_columns``, :data:`COORDINATE_COLUMNS` with ``coordinates``, then :data:`EXPLAIN_COLUMN` with
+    ``explain``."""
+    return (RESULT_COLUMNS + tuple(MATCH_PREFIX + c for c in catalog_columns) + (COORDINATE_COLUMNS if coordinates else ())
+            + ((EXPLAIN_COLUMN,) if explain else ()))
+
+
+def coordinates_of(outcome: dict, best: dict | None, parsed: dict) -> dict[str, Any]:
+    """:data:`COORDINATE_COLUMNS` of a resolved row: the matched entry's own coordinates (precision ``entry``) when
+    the row is matched and the catalog gives them; else the centre of the deepest admin level the row's address
+    resolves to that has one (precision ``town`` … ``province``, as ``parse`` gives it); else none (all "")."""
+    if outcome["status"] == "matched" and best is not None:
+        fields = best.get("fields") or {}
+        lon_name, lat_name = coordinate_names(list(fields))
+        try:
+            lon = coordinate(fields.get(lon_name), -180, 180) if lon_name else None
+            lat = coordinate(fields.get(lat_name), -90, 90) if lat_name else None
+        except ValueError:  # a catalog built before coordinates were checked
+            lon = lat = None
+        if lon is not None and lat is not None:
+            return {"lon": lon, "lat": lat, "coordinates_precision": "entry"}
+    admin = parsed["admin"]
+    if admin.get("lon") is not None and admin.get("lat") is not None:
+        return {"lon": admin["lon"], "lat": admin["lat"], "coordinates_precision": admin.get("coordinates_level") or ""}
+    return {"lon": "", "lat": "", "coordinates_precision": ""}
 
 
 def choose_catalog_columns(wanted: str | Sequence[str] | None, available: Sequence[str]) -> tuple[str, ...]:
@@ -156,7 +184,10 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
         answers = resolver.resolve(texts, top_k=policy.top_k, rerank=True, parses=parses, numbers=policy.numbers,
                                    names=[n for _, (_, n) in batch], explain=policy.explain)
         for (key, _), matches, parsed in zip(batch, answers, parses):
-            memo[key] = decide(matches, policy) | admin_columns(parsed)
+            outcome = decide(matches, policy) | admin_columns(parsed)
+            if policy.coordinates:
+                outcome |= coordinates_of(outcome, matches[0] if matches else None, parsed)
+            memo[key] = outcome
     out = [dict(memo[k]) for k in keys]
     forget_oldest(memo)
     return out
