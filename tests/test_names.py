@@ -311,3 +311,10 @@ def test_a_frame_normalized_in_python_gets_the_same_columns(named_index):
     assert list(out.columns[-2:]) == ["match_name", "explain"]
     assert out.loc[0, "match_id"] == "P2" and out.loc[0, "match_name"] == "21世纪不动产"
     assert out.loc[1, "label"] != "exact_match"
+
+
+def test_the_variant_test_sets_share_one_report_and_say_what_is_wrong(tmp_path):
+    result = _cli("eval", "numbers", "--split", "train", "--data", tmp_path)
+    assert result.exit_code == 1 and "--split must be dev or test, not 'train'" in result.output
+    missing = _cli("eval", "names", "--data", tmp_path)  # no CCKS catalog there: one line, no traceback
+    assert missing.exit_code == 1 and "Traceback" not in missing.output

@@ -106,22 +106,15 @@ def eval_numbers(
 
     Example: mgeo-index eval numbers --data ../shared/data --numbers strict
     """
-    from mgeo_index.measure.evaluate import evaluate_variants
-    from mgeo_index.model.loading import load_cross
     from mgeo_index.measure.number_set import NUMBER_TEST_FILES, number_pairs
     from mgeo_index.training.tagger import load_examples
 
-    with friendly_errors():
+    def pairs():
         if split not in ("dev", "test"):
             raise ValueError(f"--split must be dev or test, not {split!r}")
-        pairs = number_pairs(load_examples(data, NUMBER_TEST_FILES)[split])
-        dev = settings.device(device)
-        report = evaluate_variants(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
-                                   pairs, device=dev, numbers=settings.numbers(numbers))
-    if as_json:
-        print(json.dumps(report, ensure_ascii=False))
-        return
-    console.print(variants_table(f"number test set ({split}, numbers {settings.numbers(numbers)})", report))
+        return number_pairs(load_examples(data, NUMBER_TEST_FILES)[split])
+
+    _variants(f"number test set ({split}, ", pairs, numbers, profile, as_json, cross_model, device, backend)
 
 
 def eval_names(
@@ -139,22 +132,32 @@ def eval_names(
 
     Example: mgeo-index eval names --data ../shared/data --numbers strict
     """
-    from mgeo_index.measure.evaluate import evaluate_variants
     from mgeo_index.measure.name_set import name_pairs
-    from mgeo_index.model.loading import load_cross
     from mgeo_index.query.features import parse_distinct
     from mgeo_index.training.data import ccks_catalog
 
-    with friendly_errors():
+    def pairs():
         entries = list(dict.fromkeys(ccks_catalog(data)))
-        pairs = name_pairs(entries, parse_distinct(entries))
+        return name_pairs(entries, parse_distinct(entries))
+
+    _variants("name test set (", pairs, numbers, profile, as_json, cross_model, device, backend)
+
+
+def _variants(title: str, make_pairs, numbers, profile, as_json: bool, cross_model, device, backend) -> None:
+    """A test set of addresses and their variants (``make_pairs()``), scored and reported as a table (titled
+    ``title`` + the number policy) or JSON."""
+    from mgeo_index.measure.evaluate import evaluate_variants
+    from mgeo_index.model.loading import load_cross
+
+    with friendly_errors():
+        pairs = make_pairs()
         dev = settings.device(device)
-        report = evaluate_variants(load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0]),
-                                   pairs, device=dev, numbers=settings.numbers(numbers))
+        cross = load_cross(cross_model, device=dev, backend=backend, profile=settings.profile(profile)[0])
+        report = evaluate_variants(cross, pairs, device=dev, numbers=settings.numbers(numbers))
     if as_json:
         print(json.dumps(report, ensure_ascii=False))
         return
-    console.print(variants_table(f"name test set (numbers {settings.numbers(numbers)})", report))
+    console.print(variants_table(f"{title}numbers {settings.numbers(numbers)})", report))
 
 
 def eval_retrieval(
