@@ -627,3 +627,27 @@ def test_coordinates_come_from_the_matched_entry_else_an_admin_centre_with_its_l
     assert rows["C"]["status"] != "matched" and rows["C"]["coordinates_precision"] == "district"
     assert float(rows["C"]["lon"]) == pytest.approx(113.93, abs=0.01)  # 南山区's centre
     assert (rows["D"]["status"], rows["D"]["lon"], rows["D"]["coordinates_precision"]) == ("rejected", "", "")
+
+
+def test_coordinate_columns_named_at_build_are_checked_recorded_and_read(tmp_path):
+    import csv
+
+    catalog = tmp_path / "xy.csv"
+    catalog.write_text("poi_id,address,X坐标,Y坐标\nG1,深圳市福田区文明路564号名仕之家,114.0579,22.5431\n"
+                       "G2,深圳市南山区科苑路15号星巴克,114.1,95.0\n", encoding="utf-8")
+    half = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--id-column", "poi_id", "--lon-column", "X坐标")
+    assert half.exit_code == 1 and "name both coordinate columns" in half.output
+    built = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--id-column", "poi_id", "--lon-column", "x坐标",
+                 "--lat-column", "Y坐标")
+    assert built.exit_code == 0, built.output
+    assert "latitude '95.0' in column 'Y坐标' is not a number from -90 to 90" in (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
+    again = _cli("build", catalog, "--index-dir", tmp_path / "idx", "--id-column", "poi_id")  # kept: still checked
+    assert again.exit_code == 0 and "'95.0'" in (tmp_path / "idx" / "rejects.tsv").read_text(encoding="utf-8")
+    stores = tmp_path / "stores.csv"
+    stores.write_text("store,addr\nA,福田区文明路564号名仕之家\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    ran = _cli("normalize", stores, "--index-dir", tmp_path / "idx", "--out", out, "--coordinates")
+    assert ran.exit_code == 0, ran.output
+    with open(out, encoding="utf-8", newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert (row["status"], row["lon"], row["lat"], row["coordinates_precision"]) == ("matched", "114.057900", "22.543100", "entry")

@@ -154,6 +154,7 @@ def build(
     force: bool = False,
     profile: str | None = None,
     name_column: str | None = None,
+    coordinate_columns: tuple[str | None, str | None] = (None, None),
 ) -> BuildResult:
     """Store the file's rows (upsert) and switch to a generation that indexes them.
 
@@ -169,6 +170,8 @@ def build(
     queries rerank with unless told otherwise); None keeps the catalog's. ``name_column``: the column holding each
     entry's name (a catalog kept as name + address): entries match by their address with the name after it, and a
     query's name is compared with it (:mod:`mgeo_index.query.names`); None keeps the catalog's (none for a new one).
+    ``coordinate_columns``: the (longitude, latitude) columns, where they are not named so that they are found
+    (:mod:`mgeo_index.catalog.coordinates`); checked as numbers in range, recorded with the catalog.
     A directory that holds files mgeo-index did not write is refused unless ``force``
     (:func:`mgeo_index.catalog.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
@@ -193,12 +196,13 @@ def build(
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
                              backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner, numbers,
-                             profile, name_column)
+                             profile, name_column, coordinate_columns)
 
 
 def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
                   backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner: Runner,
-                  numbers: str | None = None, profile: str | None = None, name_column: str | None = None) -> BuildResult:
+                  numbers: str | None = None, profile: str | None = None, name_column: str | None = None,
+                  coordinate_columns: tuple[str | None, str | None] = (None, None)) -> BuildResult:
     progress = on_progress or (lambda *_: None)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -235,11 +239,13 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
                 address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
             if name_column is None or kind != "build":
                 name_column = store.catalog_name_column(engine_, catalog)
+            if coordinate_columns == (None, None) or kind != "build":
+                coordinate_columns = store.catalog_coordinate_columns(engine_, catalog)
         try:
             reader = read_catalog(
                 catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
                 chunk_size=chunk_size, detect_id=kind == "build" and new_catalog and id_column is None,
-                name_column=name_column, check_coordinates=True,
+                name_column=name_column, check_coordinates=True, coordinate_columns=coordinate_columns,
             )
         except CatalogError as exc:
             if kind != "add":
@@ -255,6 +261,8 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         catalog_id = store.get_or_create_catalog(
             engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
             id_column=reader.id_column, numbers=numbers, profile=profile, name_column=reader.name_column,
+            # as named, spelled as the file does (None, None: found by name, nothing recorded)
+            coordinate_columns=reader.coordinate_names if any(coordinate_columns) else (None, None),
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)

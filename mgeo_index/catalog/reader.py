@@ -366,6 +366,7 @@ class CatalogReader:
         name_column: str | None = None,
         what: str = "catalog file",
         check_coordinates: bool = False,
+        coordinate_columns: tuple[str | None, str | None] = (None, None),
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -425,8 +426,13 @@ class CatalogReader:
             self.id_column, self.id_reason = None, "none given: rows are keyed by their address"
         self.name_column = None if name_column is None else _resolve_column(name_column, self.columns, "name")
         # a catalog's coordinate columns, by name (jobs.policy.LON_NAMES / LAT_NAMES): a value out of range is a reject
+        if any(coordinate_columns) and not all(coordinate_columns):
+            raise CatalogError("name both coordinate columns (--lon-column and --lat-column), or neither")
+        named = tuple(_resolve_column(c, self.columns, what) for c, what in zip(coordinate_columns, ("longitude",
+                                                                                                "latitude")) if c)
+        self.coordinate_names = named or coordinate_names(self.columns)  # (longitude, latitude) columns, or None
         self.coordinate_columns = [(self.columns.index(c), c, bound) for c, bound in
-                                   zip(coordinate_names(self.columns), (180, 90)) if c] if check_coordinates else []
+                                   zip(self.coordinate_names, (180, 90)) if c] if check_coordinates else []
         if self.name_column is not None and self.name_column in (self.address_column, self.id_column):
             raise CatalogError(f"the name column {self.name_column!r} is also the address or id column; "
                                "name the column that holds each place's name")
@@ -579,6 +585,7 @@ def read_catalog(
     name_column: str | None = None,
     what: str = "catalog file",
     check_coordinates: bool = False,
+    coordinate_columns: tuple[str | None, str | None] = (None, None),
 ) -> CatalogReader:
     """Open a catalog file; raises :class:`CatalogError` for file-level problems.
 
@@ -602,6 +609,7 @@ def read_catalog(
         name_column=name_column,
         what=what,
         check_coordinates=check_coordinates,
+        coordinate_columns=coordinate_columns,
     )
 
 

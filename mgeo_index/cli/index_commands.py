@@ -22,6 +22,8 @@ def build(
     address_column: AddressColumn = None,
     id_column: Annotated[str | None, typer.Option(help="Column holding the catalog's own id (kept in results).")] = None,
     name_column: Annotated[str | None, typer.Option(help="Column holding each place's name, for a catalog kept as name + address: entries match by their address with the name after it, a query's name (resolve --name, normalize --name-column) is compared with it, and answers show it. A rebuild without it keeps the catalog's.")] = None,
+    lon_column: Annotated[str | None, typer.Option(help="Column holding each entry's longitude, where it is not named lon, lng, longitude or 经度 (with --lat-column; checked as numbers in range, recorded with the catalog).")] = None,
+    lat_column: Annotated[str | None, typer.Option(help="Column holding each entry's latitude, where it is not named lat, latitude or 纬度 (with --lon-column).")] = None,
     index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
     vector_store: Annotated[str | None, typer.Option("--vector-store", help="Where the vectors go: faiss (files in the index directory, the default), milvus://HOST:PORT or milvus://HOST:PORT/DATABASE (a Milvus server; token in MGEO_INDEX_MILVUS_TOKEN) or milvus-lite:///PATH.db (embedded). Later commands keep the catalog's.")] = None,
@@ -59,7 +61,7 @@ def build(
             factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
             on_progress=stage_progress(bar, {"parse": "Parsing entries"}), engine=engine, ray_address=ray_address,
             workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers, force=force, profile=profile,
-            name_column=name_column,
+            name_column=name_column, coordinate_columns=(lon_column, lat_column),
         )
     console.print(build_table(result))
 

@@ -38,6 +38,7 @@ def normalize_frame(resolver, frame: "pd.DataFrame", *, address_column: str, min
     policy = Policy(min_probability=defaults.min_probability if min_probability is None else min_probability,
                     margin=defaults.margin if margin is None else margin,
                     top_k=defaults.top_k if top_k is None else top_k, explain=explain, coordinates=coordinates,
+                    coordinate_columns=store.catalog_coordinate_columns(resolver.engine, resolver.descriptor["catalog"]),
                     catalog_columns=choose_catalog_columns(
                         catalog_columns, store.catalog_fields(resolver.engine, resolver.descriptor["catalog"])))
     def cells(column: str) -> list[str]:

@@ -254,11 +254,11 @@ def run_job(
     if (locked := store.read_only(db_url)) is not None:
         raise JobError(f"cannot record the job in {locked}: it is read-only here; normalize with a writable copy of "
                        "the index, or give --db a writable store")
-    numbers, profile, fields = _index_settings(index_dir, db_url, numbers, profile)
+    numbers, profile, fields, located = _index_settings(index_dir, db_url, numbers, profile)
     catalog_columns = choose_catalog_columns(catalog_columns, fields)
     ident = index_identity(index_dir, model, cross_model, profile)
     policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain,
-                    catalog_columns=catalog_columns, coordinates=coordinates)
+                    catalog_columns=catalog_columns, coordinates=coordinates, coordinate_columns=located)
     reader, chunks, rows_total = open_input(
         input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
         name_column=name_column,
@@ -316,10 +316,10 @@ def run_job(
 
 
 def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None
-                    ) -> tuple[str, str, list[str]]:
+                    ) -> tuple[str, str, list[str], tuple[str | None, str | None]]:
     """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
     defaults (:func:`mgeo_index.query.resolver.index_numbers`, :func:`mgeo_index.settings.profile`); and the
-    catalog's other columns (what ``--catalog-columns`` may name)."""
+    catalog's other columns (what ``--catalog-columns`` may name) and its coordinate columns as ``build`` named them."""
     from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.query.resolver import index_numbers
 
@@ -327,7 +327,8 @@ def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: 
     try:
         catalog = read_descriptor(index_dir)["catalog"]
         return (index_numbers(eng, {"catalog": catalog}, numbers),
-                settings.profile(profile, store.catalog_profile(eng, catalog))[0], store.catalog_fields(eng, catalog))
+                settings.profile(profile, store.catalog_profile(eng, catalog))[0], store.catalog_fields(eng, catalog),
+                store.catalog_coordinate_columns(eng, catalog))
     finally:
         eng.dispose()
 

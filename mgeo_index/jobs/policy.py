@@ -49,6 +49,7 @@ class Policy:
     explain: bool = False  # add EXPLAIN_COLUMN
     catalog_columns: tuple[str, ...] = ()  # the matched entry's catalog columns to add, as match_<column>
     coordinates: bool = False  # add COORDINATE_COLUMNS
+    coordinate_columns: tuple = (None, None)  # the catalog's (longitude, latitude) columns when build named them
 
 
 def result_columns(explain: bool = False, catalog_columns: Sequence[str] = (), coordinates: bool = False
@@ -60,13 +61,15 @@ def result_columns(explain: bool = False, catalog_columns: Sequence[str] = (), c
             + ((EXPLAIN_COLUMN,) if explain else ()))
 
 
-def coordinates_of(outcome: dict, best: dict | None, parsed: dict) -> dict[str, Any]:
+def coordinates_of(outcome: dict, best: dict | None, parsed: dict, policy: Policy) -> dict[str, Any]:
     """:data:`COORDINATE_COLUMNS` of a resolved row: the matched entry's own coordinates (precision ``entry``) when
-    the row is matched and the catalog gives them; else the centre of the deepest admin level the row's address
+    the row is matched and the catalog gives them (in the columns ``build`` named, else those named so,
+    :mod:`mgeo_index.catalog.coordinates`); else the centre of the deepest admin level the row's address
     resolves to that has one (precision ``town`` … ``province``, as ``parse`` gives it); else none (all "")."""
     if outcome["status"] == "matched" and best is not None:
         fields = best.get("fields") or {}
-        lon_name, lat_name = coordinate_names(list(fields))
+        lon_name, lat_name = coordinate_names(list(fields)) if not any(policy.coordinate_columns) \
+            else policy.coordinate_columns
         try:
             lon = coordinate(fields.get(lon_name), -180, 180) if lon_name else None
             lat = coordinate(fields.get(lat_name), -90, 90) if lat_name else None
@@ -186,7 +189,7 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
         for (key, _), matches, parsed in zip(batch, answers, parses):
             outcome = decide(matches, policy) | admin_columns(parsed)
             if policy.coordinates:
-                outcome |= coordinates_of(outcome, matches[0] if matches else None, parsed)
+                outcome |= coordinates_of(outcome, matches[0] if matches else None, parsed, policy)
             memo[key] = outcome
     out = [dict(memo[k]) for k in keys]
     forget_oldest(memo)

@@ -50,6 +50,8 @@ class Catalog(Base):
     numbers: Mapped[str | None] = mapped_column(String(16))  # migration 0008: the number policy (None: the default)
     profile: Mapped[str | None] = mapped_column(String(16))  # migration 0009: the profile (None: chosen at query time)
     name_column: Mapped[str | None] = mapped_column(String(255))  # migration 0010: the entries' names (None: in the text)
+    lon_column: Mapped[str | None] = mapped_column(String(255))  # migration 0011: coordinates (None: found by name)
+    lat_column: Mapped[str | None] = mapped_column(String(255))
 
 
 _LIVE = text("retired_at IS NULL")
@@ -90,6 +92,7 @@ def get_or_create_catalog(
     numbers: str | None = None,
     profile: str | None = None,
     name_column: str | None = None,
+    coordinate_columns: tuple[str | None, str | None] = (None, None),
 ) -> int:
     """Id of catalog ``name``, creating it if needed; source and columns are updated either way, the number policy,
     profile and name column when given (a rebuild without one keeps the catalog's)."""
@@ -103,6 +106,8 @@ def get_or_create_catalog(
         catalog.id_column = id_column
         if name_column is not None:
             catalog.name_column = name_column
+        if coordinate_columns[0] is not None:
+            catalog.lon_column, catalog.lat_column = coordinate_columns
         if numbers is not None:
             catalog.numbers = numbers
         if profile is not None:
@@ -134,6 +139,14 @@ def catalog_name_column(engine: Engine, name: str) -> str | None:
     """The column that names catalog ``name``'s entries (None: none, names read off the text, or no such catalog)."""
     with Session(engine) as session:
         return session.scalar(select(Catalog.name_column).where(Catalog.name == name))
+
+
+def catalog_coordinate_columns(engine: Engine, name: str) -> tuple[str | None, str | None]:
+    """(longitude, latitude) columns catalog ``name`` was built with (``--lon-column`` / ``--lat-column``); (None,
+    None) when none were named (they are then found by name) or there is no such catalog."""
+    with Session(engine) as session:
+        row = session.execute(select(Catalog.lon_column, Catalog.lat_column).where(Catalog.name == name)).first()
+        return (None, None) if row is None else (row.lon_column, row.lat_column)
 
 
 def catalog_id(engine: Engine, name: str) -> int | None:
