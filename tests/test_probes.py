@@ -651,3 +651,24 @@ def test_coordinate_columns_named_at_build_are_checked_recorded_and_read(tmp_pat
     with open(out, encoding="utf-8", newline="") as fh:
         row = next(csv.DictReader(fh))
     assert (row["status"], row["lon"], row["lat"], row["coordinates_precision"]) == ("matched", "114.057900", "22.543100", "entry")
+
+
+def test_wide_reports_print_whole_at_80_columns(monkeypatch):
+    from rich.console import Console
+
+    from mgeo_index.cli import render
+
+    console = Console(width=80, record=True)
+    monkeypatch.setattr(render, "console", console)
+    speed = {"engine_per_s": 1234.5, "naive_per_s": 456.0, "ratio": 2.7, "linear_share": 0.81, "ceiling_ratio": 3.4}
+    backend = {"backend": "int8", "encode_per_s": 2345.0, "encode_vs_torch": 1.9, "pairs_per_s": 800.0,
+               "pairs_vs_torch": 1.75, "embedding_cosine_min": 0.99912, "macro_f1": 0.734, "macro_f1_delta": -0.0016,
+               "setup_s": 3.4}
+    built = {"rows": 1_000_000, "seconds": 857.2, "rows_per_s": 1166.0, "rows_per_cpu_s": 600.0, "peak_rss_mib": 2764.0,
+             "structure": "IVF4096,SQ8", "nprobe": 32, "recall_at_10_vs_flat": 0.985, "vectors_mib": 260.0,
+             "ngrams_mib": 310.0, "store_mib": 900.0,
+             "resolve": {"p50_ms": 45.1, "p99_ms": 68.2, "resolver_rss_mib": 1500.0, "resolver_anon_mib": 700.0}}
+    render.print_bench({"torch_threads": 2, "backend": "torch", "encode": speed, "score_pairs": speed,
+                        "backends": [backend], "build": [built]})
+    text = console.export_text()
+    assert "…" not in text and all(v in text for v in ("1,234", "0.99912", "-0.0016", "1,000,000", "45.1 / 68.2"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -281,31 +282,47 @@ def retrieval_table(reports: dict[str, dict], retrieval: str) -> Table:
     return table
 
 
+def print_rows(title: str, columns: tuple[str, ...], rows: list[tuple], caption: str | None = None) -> None:
+    """A table of ``rows`` under ``columns`` (the first column names each row), printed whole: as one table where
+    it fits the terminal, else one block of ``column  value`` lines a row, so that no number is ever cut."""
+    table = Table(title=escape(title), caption=caption)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width:
+        console.print(table)
+        return
+    blocks = Table(title=escape(title), caption=caption, show_header=False, box=box.SIMPLE_HEAD)
+    blocks.add_column(no_wrap=True)
+    blocks.add_column(overflow="fold")
+    for row in rows:
+        blocks.add_row(Text(str(row[0]), style="bold"), "")
+        for name, value in zip(columns[1:], row[1:]):
+            blocks.add_row(f"  {name}", value)
+    console.print(blocks)
+
+
 def print_bench(report: dict) -> None:
-    table = Table(title=f"mgeo-index bench ({report['torch_threads']} threads, backend {report['backend']}, same inputs, one run)")
-    for name in ("what", "engine", "naive (1 item, pad 64, FP32 torch)", "ratio", "time in Linear GEMMs", "ceiling ratio"):
-        table.add_column(name, justify="left" if name == "what" else "right")
+    rows = []
     for what, r in (("encode addresses/s", report["encode"]), ("score pairs/s (network)", report["score_pairs"])):
         share, ceiling = r.get("linear_share"), r.get("ceiling_ratio")
-        table.add_row(what, f"{r['engine_per_s']:,.0f}", f"{r['naive_per_s']:,.0f}", f"{r['ratio']:.1f}×",
-                      f"{share:.0%}" if share else "–", f"{ceiling:.1f}×" if ceiling else "–")
-    table.caption = "ceiling: the ratio if everything but the Linear layers' GEMMs took no time"
-    console.print(table)
+        rows.append((what, f"{r['engine_per_s']:,.0f}", f"{r['naive_per_s']:,.0f}", f"{r['ratio']:.1f}×",
+                     f"{share:.0%}" if share else "–", f"{ceiling:.1f}×" if ceiling else "–"))
+    print_rows(f"mgeo-index bench ({report['torch_threads']} threads, backend {report['backend']}, same inputs, one run)",
+               ("what", "engine", "naive (1 item, pad 64, FP32 torch)", "ratio", "time in Linear GEMMs", "ceiling ratio"),
+               rows, caption="ceiling: the ratio if everything but the Linear layers' GEMMs took no time")
     timed = [r for r in report.get("backends") or () if "skipped" not in r]
     if timed:
-        table = Table(title="CPU backends, same inputs, interleaved rounds (best of 3)")
-        columns = ("backend", "addresses/s", "× torch", "pairs/s", "× torch", "min cosine vs torch", "dev macro-F1", "Δ F1", "setup s")
-        for name in columns:
-            table.add_column(name, justify="left" if name == "backend" else "right")
-        for r in timed:
-            table.add_row(
-                r["backend"], f"{r['encode_per_s']:,.0f}", f"{r.get('encode_vs_torch', float('nan')):.2f}×",
-                f"{r['pairs_per_s']:,.0f}", f"{r.get('pairs_vs_torch', float('nan')):.2f}×",
-                f"{r['embedding_cosine_min']:.5f}" if "embedding_cosine_min" in r else "–",
-                f"{r['macro_f1']:.4f}" if "macro_f1" in r else "–",
-                f"{r['macro_f1_delta']:+.4f}" if "macro_f1_delta" in r else "–", f"{r['setup_s']:.1f}",
-            )
-        console.print(table)
+        print_rows("CPU backends, same inputs, interleaved rounds (best of 3)",
+                   ("backend", "addresses/s", "× torch", "pairs/s", "× torch", "min cosine vs torch", "dev macro-F1",
+                    "Δ F1", "setup s"),
+                   [(r["backend"], f"{r['encode_per_s']:,.0f}", f"{r.get('encode_vs_torch', float('nan')):.2f}×",
+                     f"{r['pairs_per_s']:,.0f}", f"{r.get('pairs_vs_torch', float('nan')):.2f}×",
+                     f"{r['embedding_cosine_min']:.5f}" if "embedding_cosine_min" in r else "–",
+                     f"{r['macro_f1']:.4f}" if "macro_f1" in r else "–",
+                     f"{r['macro_f1_delta']:+.4f}" if "macro_f1_delta" in r else "–", f"{r['setup_s']:.1f}")
+                    for r in timed])
     for r in report.get("backends") or ():
         if "skipped" in r:
             err.print(f"[yellow]backend {escape(r['backend'])} skipped:[/] {escape(r['skipped'])}", highlight=False,
@@ -314,22 +331,21 @@ def print_bench(report: dict) -> None:
         console.print(f"resolve ({name}), warm, one query per call, top-{r['top_k']} + rerank over {r['catalog_size']:,} "
                       f"entries: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms ({r['queries']} queries)")
     if report.get("build"):
-        table = Table(title="mgeo-index build of synthesized catalogs (fresh index, child process)")
-        for name in ("rows", "seconds", "rows/s", "rows per CPU s", "peak RSS MiB", "structure", "recall@10 vs Flat", "vectors MiB",
-                     "n-grams MiB", "store MiB", "resolve p50 / p99 ms", "resolver RSS (own) MiB"):
-            table.add_column(name, justify="right")
+        rows = []
         for r in report["build"]:
             resolve = r.get("resolve") or {}
             recall = r.get("recall_at_10_vs_flat")
-            table.add_row(
+            rows.append((
                 f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['rows_per_s']:,.0f}", f"{r.get('rows_per_cpu_s', 0):,.0f}",
                 f"{r['peak_rss_mib']:,.0f}", r.get("structure", "–") + (f" nprobe {r['nprobe']}" if r.get("nprobe") else ""),
                 "–" if recall is None else f"{recall:.3f}",
                 *(f"{r.get(k, 0):,.0f}" for k in ("vectors_mib", "ngrams_mib", "store_mib")),
                 f"{resolve['p50_ms']:.1f} / {resolve['p99_ms']:.1f}" if resolve else "–",
                 f"{resolve['resolver_rss_mib']:,.0f} ({resolve.get('resolver_anon_mib', 0):,.0f})" if resolve else "–",
-            )
-        console.print(table)
+            ))
+        print_rows("mgeo-index build of synthesized catalogs (fresh index, child process)",
+                   ("rows", "seconds", "rows/s", "rows per CPU s", "peak RSS MiB", "structure", "recall@10 vs Flat",
+                    "vectors MiB", "n-grams MiB", "store MiB", "resolve p50 / p99 ms", "resolver RSS (own) MiB"), rows)
 
 
 # --- normalize jobs ------------------------------------------------------------------------------
