@@ -370,7 +370,7 @@ class CatalogReader:
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
-        self.path, self.what = Path(path), what  # what: the file's name in messages (a job's "input file")
+        self.path = Path(path)  # what: the file's name in messages (a job's "input file")
         check_input_file(self.path, what)
         self.max_chars = max_chars
         self.chunk_size = chunk_size
@@ -425,11 +425,11 @@ class CatalogReader:
         else:
             self.id_column, self.id_reason = None, "none given: rows are keyed by their address"
         self.name_column = None if name_column is None else _resolve_column(name_column, self.columns, "name")
-        # a catalog's coordinate columns, by name (jobs.policy.LON_NAMES / LAT_NAMES): a value out of range is a reject
+        # a catalog's coordinate columns, as named or by name (catalog.coordinates): a value out of range is a reject
         if any(coordinate_columns) and not all(coordinate_columns):
             raise CatalogError("name both coordinate columns (--lon-column and --lat-column), or neither")
-        named = tuple(_resolve_column(c, self.columns, what) for c, what in zip(coordinate_columns, ("longitude",
-                                                                                                "latitude")) if c)
+        named = tuple(_resolve_column(c, self.columns, role)
+                      for c, role in zip(coordinate_columns, ("longitude", "latitude")) if c)
         self.coordinate_names = named or coordinate_names(self.columns)  # (longitude, latitude) columns, or None
         self.coordinate_columns = [(self.columns.index(c), c, bound) for c, bound in
                                    zip(self.coordinate_names, (180, 90)) if c] if check_coordinates else []

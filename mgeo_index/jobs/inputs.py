@@ -59,13 +59,18 @@ def input_format(path: str | Path) -> str:
     return "parquet" if Path(path).suffix.lower() in PARQUET_SUFFIXES else "csv"
 
 
-def require_pyarrow():
+def require(module: str, extra: str, what: str) -> None:
+    """A clear :class:`JobError` naming the extra to install when ``module`` (which ``what`` needs) is missing."""
     import importlib
 
     try:
-        importlib.import_module("pyarrow.parquet")
+        importlib.import_module(module)
     except ImportError:  # pragma: no cover - depends on the environment
-        raise JobError("Parquet needs pyarrow: pip install 'mgeo-index[parquet]'") from None
+        raise JobError(f"{what} needs {module.split('.')[0]}: pip install 'mgeo-index[{extra}]'") from None
+
+
+def require_pyarrow() -> None:
+    require("pyarrow.parquet", "parquet", "Parquet")
 
 
 class ParquetReader(CatalogReader):

@@ -9,6 +9,7 @@ openpyxl: ``pip install 'mgeo-index[xlsx]'``; its parts are CSV, made one workbo
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from mgeo_index.files import replace_atomic
 from mgeo_index.tables import TableWriter
-from mgeo_index.jobs.inputs import Chunk, as_text, require_pyarrow
+from mgeo_index.jobs.inputs import Chunk, as_text, require, require_pyarrow
 from mgeo_index.jobs.policy import JobError, result_columns
 
 RESULT_PREFIX = "mgeo_"  # added to the result columns when the input already has a column of that name
@@ -50,11 +51,6 @@ def output_encoding(given: str | None, input_encoding: str) -> str:
     return input_encoding if input_encoding in ENCODINGS else "utf-8"
 
 
-def require_openpyxl():
-    try:
-        import openpyxl  # noqa: F401
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise JobError("an .xlsx output needs openpyxl: pip install 'mgeo-index[xlsx]' (or write .csv)") from None
 
 
 class PartWriter:
@@ -63,7 +59,7 @@ class PartWriter:
     def __init__(self, fmt: str, out: Path, input_columns: list[str], *, raw: bool = False,
                  columns: tuple[str, ...] = result_columns(), encoding: str = "utf-8") -> None:
         self.fmt, self.out, self.raw = fmt, out, raw  # raw: CSV cells as they are (formulas not neutralised)
-        self.encoding = encoding if fmt == "csv" else "utf-8"  # the output's; parts carry no BOM
+        self.encoding = encoding  # a CSV / TSV output's (output_encoding); parts carry no BOM
         self.input_columns = input_columns
         self.columns = columns  # the result fields written, in order (jobs.policy.result_columns)
         prefix = RESULT_PREFIX if set(self.columns) & set(input_columns) else ""
@@ -72,7 +68,7 @@ class PartWriter:
         if fmt == "parquet":
             require_pyarrow()
         if fmt == "xlsx":
-            require_openpyxl()
+            require("openpyxl", "xlsx", "an .xlsx output")
 
     def header(self) -> list[str]:
         return self.input_columns + self.result_columns
@@ -161,14 +157,14 @@ class PartWriter:
                 book.save(tmp)
         else:  # CSV / TSV in the output's encoding (a BOM first for utf-8-sig), JSON Lines: the parts as they are
             def write(tmp: str) -> None:
-                with open(tmp, "w", encoding=self.encoding, newline="") as dst:
+                with open(tmp, "wb") as dst:
                     if self.fmt == "csv":
-                        TableWriter(dst, self.delimiter, raw=self.raw).writerow(self.header())
-                    dst.flush()
-                    with open(tmp, "ab") as raw_dst:
-                        for part in parts:
-                            with open(part, "rb") as src:
-                                shutil.copyfileobj(src, raw_dst, 1 << 20)
+                        header = io.StringIO()
+                        TableWriter(header, self.delimiter, raw=self.raw).writerow(self.header())
+                        dst.write(header.getvalue().encode(self.encoding))  # utf-8-sig: the BOM, then the header
+                    for part in parts:
+                        with open(part, "rb") as src:
+                            shutil.copyfileobj(src, dst, 1 << 20)
 
         replace_atomic(self.out, write)
 

@@ -117,7 +117,7 @@ def admin_columns(parsed: dict | None) -> dict[str, str]:
 def rejected(reason: str) -> dict[str, Any]:
     """The output fields of a row that failed validation."""
     return {"status": "rejected", "match_id": "", "match_address": "", "label": "", "probability": None,
-            "alternatives": "", "reason": reason, **admin_columns(None), EXPLAIN_COLUMN: ""}
+            "alternatives": "", "reason": reason, **admin_columns(None)}
 
 
 def _public_id(match: dict) -> str:
@@ -126,7 +126,8 @@ def _public_id(match: dict) -> str:
 
 def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     """The output fields of one resolved row from its ranked matches (best first); a field a row has no value for
-    (a ``match_<column>`` of a row tied to no entry) is absent, written empty."""
+    (a ``match_<column>`` of a row tied to no entry, the explanation of a row without candidates) is absent, written
+    empty."""
     alternatives = [
         {
             "id": _public_id(m),
@@ -141,7 +142,7 @@ def decide(matches: Sequence[dict], policy: Policy) -> dict[str, Any]:
     ]
     out: dict[str, Any] = {
         "status": "unmatched", "match_id": "", "match_address": "", "label": "", "probability": None,
-        "alternatives": json.dumps(alternatives, ensure_ascii=False), "reason": "", EXPLAIN_COLUMN: "",
+        "alternatives": json.dumps(alternatives, ensure_ascii=False), "reason": "",
     }
     if not matches:
         return out

@@ -8,8 +8,8 @@ number is the door. So the decision does not leave it to the scorer:
   side agrees with the other's (:func:`mgeo_index.query.features.number_conflicts`: equal values, 88号院 ~ 88号, a range
   4-6号 holding 5号; Chinese and full-width numerals are digits after normalization), the pair's label is never
   ``exact_match``. Its probabilities are those of pairs with such a conflict: P(exact_match) is the share of
-  ``exact_match`` among the conflicting pairs of the calibration split (or the scorer's, where lower) (label noise and POIs written with another
-  number: 7 of 243 in CCKS), whatever the scorer says — the scorer reads a copy with one digit changed as the
+  ``exact_match`` among the conflicting pairs of the calibration split, or the scorer's where lower (label noise and
+  POIs written with another number: 7 of 243 in CCKS), whatever the scorer says — the scorer reads a copy with one digit changed as the
   same place at p ≈ 0.99, which no calibration of its own output can undo. The rest is split between
   ``partial_match`` and ``not_match`` by the scorer's odds times a factor fitted by likelihood on the same pairs
   (:func:`mgeo_index.training.calibrate.fit_number_policy`): the label left, partial or not, is the scorer's

@@ -64,29 +64,32 @@ def _parts(parsed: dict) -> list[str]:
     return [part for part in _WHERE.split(written_name(parsed)) if part]
 
 
-def name_of(parsed: dict) -> str:
-    """What tells the place in a parsed address: its :func:`written_name` less the words that say where at a place
-    (北门, 附近, 车库, digits and letters). Empty when less than :data:`MIN_NAME` characters are left."""
-    name = "".join(_parts(parsed))
-    return name if len(name) >= MIN_NAME else ""
-
-
 def _pairs(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)}
 
 
-def _name_pairs(parsed: dict) -> set[str]:
-    """The pairs of characters in a row of the name's parts (none across a word dropped between two parts)."""
-    return set().union(*(_pairs(part) for part in _parts(parsed)))
+def _place(parsed: dict) -> tuple[str, set[str]]:
+    """(:func:`name_of`, the pairs of characters in a row of the name's parts: none across a word dropped between
+    two parts), from one reading of the name."""
+    parts = _parts(parsed)
+    name = "".join(parts)
+    return (name if len(name) >= MIN_NAME else ""), set().union(*(_pairs(part) for part in parts))
+
+
+def name_of(parsed: dict) -> str:
+    """What tells the place in a parsed address: its :func:`written_name` less the words that say where at a place
+    (北门, 附近, 车库, digits and letters). Empty when less than :data:`MIN_NAME` characters are left."""
+    return _place(parsed)[0]
 
 
 def name_conflict(qa: dict, qb: dict) -> tuple[str, str] | None:
     """(query name, candidate name), as written, when both addresses name a place and the names are two places (see
     the module docstring); None when either names none, or a name shares a pair of characters with the other
     address."""
-    if not name_of(qa) or not name_of(qb):
+    (name_a, pairs_a), (name_b, pairs_b) = _place(qa), _place(qb)
+    if not name_a or not name_b:
         return None
     text_a, text_b = below_admin(qa) + qa.get("name", ""), below_admin(qb) + qb.get("name", "")
-    if _name_pairs(qa) & _pairs(text_b.lower()) or _name_pairs(qb) & _pairs(text_a.lower()):
+    if pairs_a & _pairs(text_b.lower()) or pairs_b & _pairs(text_a.lower()):
         return None
     return written_name(qa), written_name(qb)
