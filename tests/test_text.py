@@ -1,7 +1,7 @@
 import re
 
 import pytest
-from hypothesis import assume, given, settings as hsettings, strategies as st
+from hypothesis import assume, example, given, settings as hsettings, strategies as st
 
 from mgeo_index.settings import MAX_QUERY_CHARS
 from mgeo_index.text import model_text, normalize
@@ -120,6 +120,13 @@ def test_model_text_of_a_normalized_text_skips_normalizing_to_the_same_cut(text)
 
 
 @given(st.text(alphabet=st.sampled_from("北京朝阳区建国路0123456789号楼栋单元室abc-#"), max_size=40))
+@example("-0楼")  # a draw that once failed: a minus before a floor is a basement (b0楼)
 def test_keeps_every_address_character(text):
+    """Every character is kept, but for a basement written with a minus (-1楼), which normalization writes b1楼."""
+    from mgeo_index.text.normalize import _BASEMENT
+
     assume(not PHONE_LIKE.search(text))
-    assert normalize(text) == text.lower()
+    expected = text.lower()
+    while (written := _BASEMENT.sub(r"b\1", expected)) != expected:
+        expected = written
+    assert normalize(text) == expected
