@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install mgeo-index with its test dependencies from this checkout.
-# torch is pinned to the CPU wheel (2.13.0) first so that nothing pulls a multi-GB CUDA build.
+# torch comes first, from scripts/constraints.txt (the CPU wheel the tests and benchmarks run on), so that
+# nothing pulls a multi-GB CUDA build; the rest is held to the same constraints.
 #   bash scripts/install.sh [--browser]
 # --browser also installs Debian's chromium and chromium-driver for the browser test of the review page
 # (tests/test_review_browser.py drives headless chromium with Selenium), with a small CJK font so that the
@@ -46,6 +47,6 @@ esac
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m pip install -q -c scripts/constraints.txt torch
+.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[dev]"
 echo "installed: $(.venv/bin/mgeo-index --help >/dev/null && echo mgeo-index) into .venv"

@@ -450,7 +450,8 @@ def test_escape_sequences_in_input_never_reach_the_terminal(sample_index, tmp_pa
     assert missing.exit_code == 1 and "\x1b" not in missing.output
 
 
-@pytest.mark.parametrize("module, extra", [("psycopg2", "postgres"), ("redis", "serve"), ("pymilvus", "milvus")])
+@pytest.mark.parametrize("module, extra", [("psycopg2", "postgres"), ("redis", "serve"), ("pymilvus", "milvus"),
+                                           ("transformers", "train"), ("triton", "gpu")])
 def test_a_missing_optional_module_names_the_extra_that_installs_it(module, extra):
     from mgeo_index.cli.errors import explain
 

@@ -127,35 +127,6 @@ def test_match_and_eval_take_the_profile(tmp_path):
     assert out["accurate"].read_text(encoding="utf-8") != out["default"].read_text(encoding="utf-8")  # another model
 
 
-@pytest.mark.slow
-def test_a_wheel_installed_elsewhere_matches_with_the_accurate_profile_and_no_network(tmp_path):
-    """Not the editable checkout: the package built as a wheel, installed into its own folder, run from there
-    (its dependencies from this environment) with the network out of reach."""
-    import os
-    import subprocess
-    import sys
-
-    repo = settings.PACKAGE_DIR.parent
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(repo)], check=True, timeout=600)
-    wheel, = wheels.glob("mgeo_index-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, timeout=600)
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("a\tb\n北京朝阳建国路88号\t北京市朝阳区建国路88号\n", encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "NO_PROXY": "*",
-           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
-    where = subprocess.run([sys.executable, "-c", "import mgeo_index; print(mgeo_index.__file__)"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, check=True).stdout
-    assert where.startswith(str(target))
-    out = tmp_path / "out.tsv"
-    done = subprocess.run([sys.executable, "-m", "mgeo_index.cli", "match", "--file", str(pairs), "--out", str(out),
-                           "--profile", "accurate"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert out.read_text(encoding="utf-8").splitlines()[1].split("\t")[2] == "exact_match"
-
-
 def test_eval_pairs_measures_both_profiles_side_by_side(tmp_path):
     labelled = tmp_path / "pairs.tsv"
     labelled.write_text("addr1\taddr2\tlabel\n北京朝阳建国路88号\t北京市朝阳区建国路88号\t1\n"

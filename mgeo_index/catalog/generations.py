@@ -589,6 +589,9 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     if strays:
         report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
                             + ", ".join(strays[:5]))
+    clash = faiss_index.faiss_clash(faiss_index.faiss_builds())
+    if clash:
+        report.notes.append(clash)
     return report
 
 

@@ -53,7 +53,8 @@ def _is(exc: BaseException, *names: tuple[str, str]) -> bool:
 
 # Optional modules a URL or an option needs, and the extra that installs them.
 _EXTRAS = {"psycopg2": "postgres", "redis": "serve", "pyarrow": "parquet", "ray": "ray", "pymilvus": "milvus",
-           "onnxruntime": "onnx", "pandas": "pandas", "matplotlib": "eval", "openpyxl": "xlsx"}
+           "onnxruntime": "onnx", "pandas": "pandas", "matplotlib": "eval", "openpyxl": "xlsx",
+           "transformers": "train", "triton": "gpu"}
 
 
 def explain(exc: Exception) -> tuple[str, str] | None:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mgeo_index.cli.errors import friendly_errors
 from mgeo_index.cli.options import SHARED_DATA
 from mgeo_index.cli.render import console, log
 from mgeo_index.training.config import TrainConfig
@@ -30,7 +31,8 @@ def train(
 
     Example: mgeo-index train --data ../shared/data --out runs/train --pairs labels.tsv
     """
-    from mgeo_index.training.train import train as run_training
+    with friendly_errors():  # training needs transformers: the train extra, named where it is missing
+        from mgeo_index.training.train import train as run_training
 
     if not (data / "pairs").is_dir():
         raise typer.BadParameter(f"{data} has no pairs/ folder; point --data at the shared data folder.")

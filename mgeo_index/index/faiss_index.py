@@ -21,6 +21,9 @@ import logging
 import math
 import os
 import re
+import sys
+import warnings
+from pathlib import Path
 from typing import Any, Union
 
 import faiss
@@ -36,6 +39,7 @@ __all__ = [
     "DEFAULT_NPROBE",
     "add",
     "describe",
+    "faiss_builds",
     "index_ids",
     "is_gpu_index",
     "load",
@@ -53,6 +57,35 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+
+def faiss_builds(paths: list[str] | None = None) -> list[str]:
+    """The FAISS distributions installed on ``paths`` (``sys.path``), e.g. ``["faiss-cpu"]``: faiss-cpu and every
+    faiss-gpu build install the same ``faiss`` module, so more than one means a broken mix (FAISS's maintainers:
+    never install both). Read from the ``*.dist-info`` folder names, which costs no metadata parsing."""
+    found: set[str] = set()
+    for entry in sys.path if paths is None else paths:
+        folder = Path(entry or ".")
+        if folder.is_dir():
+            for info in folder.glob("faiss*.dist-info"):
+                found.add(info.name.split("-")[0].lower().replace("_", "-"))
+    return sorted(found)
+
+
+def faiss_clash(builds: list[str]) -> str | None:
+    """The one line that says what to do when ``builds`` (:func:`faiss_builds`) hold more than one FAISS."""
+    if len(builds) < 2:
+        return None
+    gpu = next((name for name in builds if name != "faiss-cpu"), builds[-1])
+    return (f"{' and '.join(builds)} are installed together; they write the same 'faiss' module, so which one "
+            f"runs is an accident of install order. Keep one: pip uninstall -y {' '.join(builds)} && "
+            f"pip install {gpu} (GPU) or faiss-cpu (CPU)")
+
+
+_CLASH = faiss_clash(faiss_builds())
+if _CLASH:
+    warnings.warn(_CLASH, RuntimeWarning, stacklevel=2)
 
 #: Searches of at least this many queries go through BLAS (see :func:`search`).
 BLAS_MIN_QUERIES = 8

@@ -70,7 +70,7 @@ _INTERPRETER_TILE_ELEMS = 65536
 _MAX_BLOCK_ROWS = 64
 
 _TRITON_INSTALL_HINT = (
-    "The Triton backend needs the 'triton' package (pip install 'triton>=3.0'; it ships "
+    "The Triton backend needs the 'triton' package (pip install 'mgeo-index[gpu]'; it ships "
     "with CUDA builds of torch on Linux). Use backend='torch' to run without it."
 )
 
