@@ -87,3 +87,21 @@ def test_the_runtime_imports_nothing_above_it_but_settings_files_and_features():
     for name, imported in graph.items():
         if name.startswith("mgeo_index.runtime"):
             assert {m for m in imported if not m.startswith("mgeo_index.runtime")} <= allowed, name
+
+
+def test_models_load_through_one_door():
+    """load_bi_encoder / load_cross_encoder are called by mgeo_index.model.loading alone (training aside): every
+    other load goes through it (stored_bi / stored_cross, load_bi / load_cross, load_for_index)."""
+    door = {"mgeo_index.model.loading", "mgeo_index.model.bi_encoder", "mgeo_index.model.cross_encoder"}
+    loaders = {"load_bi_encoder", "load_cross_encoder"}
+    found = []
+    for name, path in _modules().items():
+        if name in door or name.startswith("mgeo_index.training"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            used = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+                    else None)
+            named = [alias.name for alias in node.names] if isinstance(node, ast.ImportFrom) else []
+            if used in loaders or loaders & set(named):
+                found.append(f"{name}:{node.lineno}")
+    assert not found, f"models loaded around mgeo_index.model.loading: {found}"

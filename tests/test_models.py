@@ -263,3 +263,40 @@ print([name for name in {unused!r} if name in sys.modules])
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.strip().splitlines()[-1] == "[]", (args[0], result.stdout)
+
+
+@pytest.mark.parametrize("stated, expected", [(512, 128), (48, 48), (None, 128)])
+def test_a_checkpoint_without_a_manifest_reads_its_tokenizers_limit_without_loading_it(tiny_model_dirs, tmp_path,
+                                                                                        stated, expected):
+    """One reading of a bi-encoder directory (read_bi_manifest): what jobs record, both backends' loaders use."""
+    import shutil
+
+    from mgeo_index.model.bi_encoder import load_bi_encoder
+    from mgeo_index.model.manifest import MANIFEST, TOKENIZER_CONFIG, read_bi_manifest
+
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model_dirs[0], plain)
+    (plain / MANIFEST).unlink()
+    settings_file = plain / TOKENIZER_CONFIG
+    config = json.loads(settings_file.read_text())
+    config.pop("model_max_length", None)
+    if stated is not None:
+        config["model_max_length"] = stated
+    settings_file.write_text(json.dumps(config))
+    spec = read_bi_manifest(plain)
+    assert spec == {"pooling": "mean", "projection_dim": None, "max_length": expected}
+    assert load_bi_encoder(plain).max_length == expected
+    assert read_bi_manifest(tiny_model_dirs[0]) == {"pooling": "mean", "projection_dim": 16, "max_length": 64}
+
+
+def test_a_manifest_with_an_unknown_pooling_is_refused_naming_it(tiny_model_dirs, tmp_path):
+    import shutil
+
+    from mgeo_index.model.manifest import MANIFEST, ModelError, read_bi_manifest
+
+    odd = tmp_path / "odd"
+    shutil.copytree(tiny_model_dirs[0], odd)
+    manifest = json.loads((odd / MANIFEST).read_text())
+    (odd / MANIFEST).write_text(json.dumps({**manifest, "pooling": "max"}))
+    with pytest.raises(ModelError, match="pooling must be 'mean' or 'cls'.*'max'"):
+        read_bi_manifest(odd)

@@ -24,7 +24,8 @@ from mgeo_index.compute.runners import Runner, make_runner
 from mgeo_index.catalog.reader import CatalogError, Reject, check_input_file, read_catalog, write_rejects
 from mgeo_index.files import writable
 from mgeo_index.catalog.locking import writer_lock
-from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
+from mgeo_index.model.bi_encoder import BiEncoder
+from mgeo_index.model.loading import stored_bi
 from mgeo_index.text import normalize, not_an_address
 
 REJECTS = "rejects.tsv"
@@ -207,7 +208,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
-    bi = model if isinstance(model, BiEncoder) else load_bi_encoder(settings.bi_model_path(model))
+    bi = model if isinstance(model, BiEncoder) else stored_bi(model)
     device = settings.device(device)  # this process's (FAISS); the engine's embeds (the same for the local one)
     encode = encode_task(runner, bi, backend, chunk_size)  # refuses a model Ray actors cannot load, early
     if factory != faiss_index.AUTO:

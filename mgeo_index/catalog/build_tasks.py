@@ -112,11 +112,11 @@ class EncodeBatch:
     batch of texts per call, its float32 vectors returned as bytes."""
 
     def __init__(self, model: str, device: str, backend: str) -> None:
-        from mgeo_index.model.bi_encoder import load_bi_encoder
+        from mgeo_index.model.loading import stored_bi
         from mgeo_index.runtime import backends
 
         self.device = device
-        self.bi = backends.apply(load_bi_encoder(model).to(device), backend, device=device)
+        self.bi = backends.apply(stored_bi(model).to(device), backend, device=device)
 
     def __call__(self, batch: dict) -> dict:
         from mgeo_index.runtime import inference

@@ -15,7 +15,8 @@ from mgeo_index.catalog import generations
 from mgeo_index.runtime import backends
 from mgeo_index.catalog.build import BuildResult, Progress, build
 from mgeo_index.catalog.locking import writer_lock
-from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
+from mgeo_index.model.bi_encoder import BiEncoder
+from mgeo_index.model.loading import index_model_path, stored_bi
 
 
 def _open(index_dir: Path, db: str | None, *, repairing: bool = False):
@@ -44,10 +45,7 @@ def _model_for(generation: dict | None, model):
     that built the current generation (when present)."""
     if isinstance(model, BiEncoder):
         return model
-    if model is None and settings.env("MODEL") is None and generation and generation.get("model_path") \
-            and Path(generation["model_path"]).is_dir():
-        model = generation["model_path"]
-    return load_bi_encoder(settings.bi_model_path(model))
+    return stored_bi(index_model_path((generation or {}).get("model_path"), model))
 
 
 def _factory_for(index_dir: Path, generation: dict | None) -> str:

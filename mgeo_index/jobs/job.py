@@ -101,20 +101,15 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None, profile:
     refusal as :func:`mgeo_index.query.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
     from mgeo_index.catalog.generations import read_descriptor
     from mgeo_index.model.loading import check_index_model, index_cross_model, index_model_path
-    from mgeo_index.model.manifest import fingerprint, read_manifest as model_manifest
+    from mgeo_index.model.manifest import fingerprint, read_bi_manifest, read_manifest
 
     descriptor = read_descriptor(index_dir)
     bi_path = index_model_path(descriptor.get("model_path"), model)
     cross_path, _ = index_cross_model(index_dir, cross_model, descriptor=descriptor, profile=profile)  # adapted too
-    bi_manifest = model_manifest(bi_path, "bi-encoder")
-    model_manifest(cross_path, "cross-encoder")
+    max_length = read_bi_manifest(bi_path)["max_length"]  # a plain Hugging Face checkpoint's: its tokenizer's limit
+    read_manifest(cross_path, "cross-encoder")
     bi_fp = fingerprint(bi_path)
     check_index_model(bi_fp, bi_path, descriptor, index_dir)
-    max_length = bi_manifest.get("max_length")
-    if not max_length:  # a plain Hugging Face checkpoint: its tokenizer says
-        from mgeo_index.model.bi_encoder import load_bi_encoder
-
-        max_length = load_bi_encoder(bi_path).max_length
     return {
         "build_id": descriptor.get("build_id"),
         "index_file": descriptor.get("index_file"),

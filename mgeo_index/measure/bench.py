@@ -172,11 +172,9 @@ def bench_backends(
     commands; a torch module given it runs on the default): its row is ``{"backend": name, "skipped": why}``, in its
     place.
     """
-    from mgeo_index import settings
     from mgeo_index.runtime import backends
     from mgeo_index.measure.evaluate import evaluate_pairs
-    from mgeo_index.model.bi_encoder import load_bi_encoder
-    from mgeo_index.model.cross_encoder import load_cross_encoder
+    from mgeo_index.model.loading import stored_bi, stored_cross
 
     texts = [normalize(t) for t in texts]
     first, second = texts[:n_pairs], [normalize(t) for t in others[:n_pairs]]
@@ -191,8 +189,8 @@ def bench_backends(
             skipped[name] = str(exc)
             continue
         t0 = time.perf_counter()
-        bi = backends.apply(load_bi_encoder(settings.bi_model_path(model)), name)
-        cross = backends.apply(load_cross_encoder(settings.cross_model_path(cross_model)), name)
+        bi = backends.apply(stored_bi(model), name)
+        cross = backends.apply(stored_cross(cross_model), name)
         inference.encode(bi, texts[:64])
         network_scores(cross, first[:64], second[:64])  # warm-up (and compilation) of what the rounds time
         loaded[name] = {"backend": name, "setup_s": time.perf_counter() - t0, "bi": bi, "cross": cross,

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
-from mgeo_index.model.manifest import check_savable, save_hf_model, fingerprint, read_manifest, write_manifest
+from mgeo_index.model.manifest import check_savable, fingerprint, read_bi_manifest, save_hf_model, write_manifest
 from mgeo_index.model.tokenizer import load_tokenizer
 
 KIND = "bi-encoder"
@@ -86,17 +86,9 @@ def load_bi_encoder(path: str | Path, *, trainable: bool = False) -> BiEncoder:
     """Load a bi-encoder directory; ``trainable``: its transformer as a ``transformers`` model, to train it
     (otherwise a BERT runs as :mod:`mgeo_index.model.bert`'s plain modules: the same outputs, a faster start)."""
     path = Path(path)
-    manifest = read_manifest(path, KIND)
-    tokenizer = load_tokenizer(path)
-    encoder = bert.load_network(path, classifier=False, trainable=trainable)
-    max_length = manifest.get("max_length") or min(tokenizer.model_max_length, 128)
-    model = BiEncoder(
-        encoder,
-        tokenizer,
-        pooling=manifest.get("pooling", "mean"),
-        projection_dim=manifest.get("projection_dim"),
-        max_length=max_length,
-    )
+    spec = read_bi_manifest(path)
+    model = BiEncoder(bert.load_network(path, classifier=False, trainable=trainable), load_tokenizer(path),
+                      pooling=spec["pooling"], projection_dim=spec["projection_dim"], max_length=spec["max_length"])
     if model.projection is not None:
         state = {k: v.float() for k, v in load_file(path / "projection.safetensors").items()}
         model.projection.load_state_dict(state)

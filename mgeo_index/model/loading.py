@@ -35,6 +35,24 @@ def check_index_model(fingerprint: str, path: str | Path, descriptor: dict, inde
         )
 
 
+def stored_bi(model: str | Path | None = None):
+    """The bi-encoder in ``model`` (default: ``settings.bi_model_path``) as its files hold it: an FP32 torch module on
+    the CPU, no backend applied. For a build, an update and their workers, which move and convert it where they
+    embed (:func:`mgeo_index.catalog.build_tasks.encode_task`), and the benchmark, which converts a copy per
+    backend."""
+    from mgeo_index.model.bi_encoder import load_bi_encoder
+
+    return load_bi_encoder(settings.bi_model_path(model))
+
+
+def stored_cross(cross_model: str | Path | None = None, profile: str | None = None):
+    """The cross-encoder in ``cross_model`` (default: the bundled one of ``profile``) as its files hold it, as
+    :func:`stored_bi`."""
+    from mgeo_index.model.cross_encoder import load_cross_encoder
+
+    return load_cross_encoder(settings.cross_model_path(cross_model, profile))
+
+
 def load_bi(model: str | Path | None = None, *, device: str | None = None, backend: str | None = None,
             apply_backend: bool = True):
     """The bi-encoder in ``model`` (default: ``settings.bi_model_path``) on ``device``, with ``backend``
@@ -43,10 +61,9 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
     if (numpy := _numpy_backend(backend, device, path)) is not None:
         return numpy.BiEncoder(path, numpy.numerics())
     from mgeo_index.runtime import backends
-    from mgeo_index.model.bi_encoder import load_bi_encoder
 
     device = settings.device(device)
-    bi = load_bi_encoder(path).to(device)
+    bi = stored_bi(path).to(device)
     return backends.apply(bi, backend, device=device, in_place=True) if apply_backend else bi
 
 
@@ -59,10 +76,9 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
         cross = numpy.CrossEncoder(path, numpy.numerics())
     else:
         from mgeo_index.runtime import backends
-        from mgeo_index.model.cross_encoder import load_cross_encoder
 
         device = settings.device(device)
-        cross = backends.apply(load_cross_encoder(path).to(device), backend, device=device, in_place=True)
+        cross = backends.apply(stored_cross(path).to(device), backend, device=device, in_place=True)
     if not settings.cascade():
         cross.gate = None
     return cross

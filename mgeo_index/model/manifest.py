@@ -112,6 +112,32 @@ def save_tokenizer(tokenizer, path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
+#: How many tokens an encoder reads at most when its manifest does not say (a plain Hugging Face checkpoint): its
+#: tokenizer's limit, up to this.
+DEFAULT_MAX_LENGTH = 128
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def tokenizer_limit(path: str | Path) -> int:
+    """The token limit a model directory's tokenizer states (``model_max_length`` in ``tokenizer_config.json``),
+    read without loading the tokenizer; 10**12 (no limit) where it states none, as the tokenizers do."""
+    file = Path(path) / TOKENIZER_CONFIG
+    stated = json.loads(file.read_text(encoding="utf-8")).get("model_max_length") if file.is_file() else None
+    return int(min(stated if isinstance(stated, (int, float)) else 10**12, 10**12))
+
+
+def read_bi_manifest(path: str | Path) -> dict:
+    """What a bi-encoder directory's manifest says, with the defaults a plain Hugging Face checkpoint gets:
+    ``pooling`` (mean), ``projection_dim`` (None: no projection) and ``max_length`` (its tokenizer's limit, up to
+    :data:`DEFAULT_MAX_LENGTH`). Both backends' loaders and the jobs read it here. Imports no torch."""
+    manifest = read_manifest(path, "bi-encoder")
+    pooling = manifest.get("pooling", "mean")
+    if pooling not in ("mean", "cls"):
+        raise ModelError(f"{path}: pooling must be 'mean' or 'cls' in its manifest, not {pooling!r}")
+    max_length = manifest.get("max_length") or min(tokenizer_limit(path), DEFAULT_MAX_LENGTH)
+    return {"pooling": pooling, "projection_dim": manifest.get("projection_dim") or None, "max_length": int(max_length)}
+
+
 def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: bool = True) -> dict:
     """What a cross-encoder directory's manifest and config say, checked (:class:`ModelError` naming what to do
     otherwise): ``labels`` (config order), ``max_length``, ``temperature``, ``stack`` / ``gate`` (None without
@@ -130,7 +156,7 @@ def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: b
             f"{path}: cross-encoder labels are {labels}; expected the three labels {LABELS} "
             "(set id2label in config.json)."
         )
-    out = {"labels": labels, "max_length": manifest.get("max_length", 128),
+    out = {"labels": labels, "max_length": manifest.get("max_length", DEFAULT_MAX_LENGTH),
            "temperature": float(manifest.get("temperature", 1.0)), "stack": None, "gate": None,
            "decision_offsets": None, "number_policy": None, "group_head": None}
     if stacked and manifest.get("stack"):

@@ -215,24 +215,23 @@ class BiEncoder(Network):
     """A bi-encoder directory computed by :class:`Bert` (mean or CLS pooling, an optional projection)."""
 
     def __init__(self, path: str | Path, kind: str):
-        from mgeo_index.model.manifest import fingerprint, read_manifest
+        from mgeo_index.model.manifest import fingerprint, read_bi_manifest
         from mgeo_index.model.tokenizer import load_tokenizer
 
         path = Path(path)
-        manifest = read_manifest(path, "bi-encoder")
+        spec = read_bi_manifest(path)
         self.tokenizer = load_tokenizer(path)
         self.runner = Bert(path, classifier=False, kind=kind)
-        self.pooling = manifest.get("pooling", "mean")
-        self.max_length = manifest.get("max_length") or min(self.tokenizer.model_max_length, 128)
+        self.pooling, self.max_length = spec["pooling"], spec["max_length"]
         self.projection = None
-        if manifest.get("projection_dim"):
+        if spec["projection_dim"]:
             from safetensors.numpy import load_file
 
             state = load_file(str(path / "projection.safetensors"))
             # the int8 backend quantizes every Linear of the model; bf16 only the transformer's
             self.projection = Linear(state["weight"].astype(np.float32), state["bias"].astype(np.float32),
                                      "int8" if kind == "int8" else "fp32")
-        self.dim = manifest.get("projection_dim") or self.runner.config.hidden_size
+        self.dim = spec["projection_dim"] or self.runner.config.hidden_size
         self.fingerprint = fingerprint(path)
         self.path = str(path.resolve())
 

@@ -18,9 +18,10 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 
+from mgeo_index.model.manifest import TOKENIZER_CONFIG
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def build_char_tokenizer(
