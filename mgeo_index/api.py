@@ -98,7 +98,7 @@ class AddressIndex:
         ``db``: SQLAlchemy URL (default: ``MGEO_INDEX_DB`` or the directory's SQLite file); ``model`` /
         ``cross_model``: model directories (default: the model that built the index / the bundled
         cross-encoder); ``backend``: ``torch`` / ``bf16`` / ``compile`` / ``int8`` / ``onnx`` / ``numpy`` (CPU;
-        default: :func:`mgeo_index.settings.backend`, by the CPU's instructions); ``rerank=False`` loads no
+        default: :func:`mgeo_index.runtime.plan.plan`'s, by the CPU's instructions); ``rerank=False`` loads no
         cross-encoder (retrieval only, no :meth:`match`); ``numbers``:
         ``strict`` / ``loose``, the number policy of its answers (default: the one the index was built with, else
         ``MGEO_INDEX_NUMBERS``, else strict; :mod:`mgeo_index.model.numbers`); ``profile``: ``default`` or

@@ -4,6 +4,7 @@ Precedence everywhere: command-line flag > environment variable ``MGEO_INDEX_*``
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -196,8 +197,9 @@ def profile(name: str | None = None, recorded: str | None = None) -> tuple[str, 
     return "default", None
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere): ``amx_bf16``, ``avx512_bf16``, …"""
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``, read once; empty elsewhere): ``amx_bf16``, ``avx512_bf16``, …"""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
@@ -239,46 +241,6 @@ def default_cpu_backend(flags: frozenset[str]) -> str:
 DEFAULT_CPU_BACKEND = default_cpu_backend(cpu_flags())
 # Every inference backend (mgeo_index.runtime.backends implements them); here so that naming them imports no torch.
 BACKENDS = ("torch", "bf16", "compile", "int8", "onnx", "numpy")
-
-
-def backend(name: str | None = None, device: str = "cpu") -> str:
-    """Inference backend: ``--backend`` > ``MGEO_INDEX_BACKEND`` > ``DEFAULT_CPU_BACKEND`` (``torch`` on CUDA;
-    ``numpy``, which computes without torch, falls back to these where it cannot compute a model)."""
-    chosen, source = _chosen(name, "backend", None)
-    if chosen and chosen not in BACKENDS:
-        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}, not {chosen!r}")
-    if chosen == "numpy" and str(device).startswith("cuda"):
-        chosen = None
-    return chosen or ("torch" if str(device).startswith("cuda") else DEFAULT_CPU_BACKEND)
-
-
-def torch_backend(name: str | None = None, device: str = "cpu") -> str:
-    """The backend a torch module runs on: :func:`backend`, with ``numpy`` read as the CPU's default. The numpy
-    backend computes the models :mod:`mgeo_index.model.loading` loads for it (one-shot commands); whatever runs as a
-    torch module (a build's or an update's embedding, a model the numpy backend cannot compute, ``bench``'s timings)
-    runs on the default, so ``MGEO_INDEX_BACKEND=numpy`` set for one-shot commands does not stop the others."""
-    chosen = backend(name, device)
-    return DEFAULT_CPU_BACKEND if chosen == "numpy" else chosen
-
-
-# A resolve of at most this many addresses is a one-shot (:func:`one_shot_backend`). On a 2-core AVX2 EPYC over the
-# CCKS catalog, whole process: 50 addresses 4.78 s on the numpy backend against 5.65 s on torch, 200 addresses
-# 10.93 s against 7.94 s (41 against 15 ms an address once started: they break even at about 85).
-ONE_SHOT_QUERIES = 64
-
-
-def one_shot_backend(name: str | None, device_name: str | None, queries: int) -> str | None:
-    """The backend of a ``resolve`` of ``queries`` addresses: ``numpy`` for a one-shot (at most
-    :data:`ONE_SHOT_QUERIES`) where neither ``--backend`` nor ``MGEO_INDEX_BACKEND`` chose one, the device is the CPU
-    and the CPU's default backend is FP32 ``torch``, whose numerics the numpy backend computes (no torch to import:
-    1.6 s and 215 MB instead of 3.1 s and 414 MB for one address on a 2-core AVX2 EPYC; on 2,000 CCKS queries over
-    the CCKS catalog the same rankings and labels, probabilities within 1e-6: ``scripts/side_by_side.py answers
-    --backend numpy``). Otherwise ``name``: batches run faster on torch, and the int8 and bf16 defaults round
-    activations to levels that a last-bit difference can move, so there one-shot answers would differ on near-ties."""
-    if (name or env("BACKEND") or queries > ONE_SHOT_QUERIES or DEFAULT_CPU_BACKEND != "torch"
-            or device(device_name) != "cpu"):
-        return name
-    return "numpy"
 
 
 def cascade(enabled: bool | None = None) -> bool:

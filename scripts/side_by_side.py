@@ -53,7 +53,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-from mgeo_index.settings import PROFILES, cpu_kind, torch_backend  # noqa: E402
+from mgeo_index.runtime.plan import torch_plan  # noqa: E402
+from mgeo_index.settings import PROFILES, cpu_kind  # noqa: E402
 
 # Every child runs the code it is given, and only that code. ``python -c`` puts its working directory first on
 # sys.path (so a child started from this checkout imported this checkout's mgeo_index whatever PYTHONPATH said),
@@ -316,7 +317,7 @@ def start(args: argparse.Namespace) -> None:
             for name, argv in commands.items():
                 jobs[f"{version}: mgeo-index {name}"] = ([CLI, *argv], code)
             if version == "this checkout":  # beside the one-shot default: the models as torch modules
-                backend = torch_backend()
+                backend = torch_plan().backend
                 argv = [*commands["resolve ADDRESS"], "--backend", backend]
                 jobs[f"{version}: mgeo-index resolve ADDRESS --backend {backend}"] = ([CLI, *argv], code)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}

@@ -136,11 +136,14 @@ def test_default_cpu_backend_follows_the_cpus_instructions():
 
 
 def test_setting_precedence(monkeypatch):
-    assert settings.backend() == settings.DEFAULT_CPU_BACKEND
-    assert settings.backend(device="cuda") == "torch"
+    from mgeo_index.runtime.plan import choose, plan
+
+    monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)
+    assert plan().backend == settings.DEFAULT_CPU_BACKEND
+    assert choose("torch", "cuda", settings.cpu_flags()).backend == "torch"
     monkeypatch.setenv("MGEO_INDEX_BACKEND", "onnx")
-    assert settings.backend() == "onnx"
-    assert settings.backend("int8") == "int8"
+    assert plan().backend == "onnx"
+    assert plan("int8").backend == "int8"
 
 
 def test_unknown_backend_and_cpu_backend_on_cuda_are_refused(tiny_model_dirs):

@@ -250,6 +250,7 @@ def test_a_resolve_of_a_few_addresses_starts_without_torch_where_the_default_is_
     same numerics without importing torch, and gives the same answers; more addresses (a batch) keep the default
     backend, and so do int8 / bf16 CPUs, whose rounding the numpy backend does not repeat bit for bit."""
     from mgeo_index.api import AddressIndex
+    from mgeo_index.runtime import plan as plan_module
 
     opened = []
     real_open = AddressIndex.open.__func__
@@ -261,8 +262,8 @@ def test_a_resolve_of_a_few_addresses_starts_without_torch_where_the_default_is_
 
     monkeypatch.setattr(AddressIndex, "open", classmethod(spy))
     monkeypatch.delenv("MGEO_INDEX_BACKEND", raising=False)
-    monkeypatch.setattr(settings, "DEFAULT_CPU_BACKEND", "torch")
-    monkeypatch.setattr(settings, "ONE_SHOT_QUERIES", 2)
+    monkeypatch.setattr(settings, "cpu_flags", lambda: frozenset({"avx2"}))  # a CPU whose default is FP32 torch
+    monkeypatch.setattr(plan_module, "ONE_SHOT_QUERIES", 2)
     query = "深圳南山中山路75号东方科技园9号楼"
     one_shot = run("resolve", query, "--index-dir", index_dir, "--json")
     torch_backend = run("resolve", query, "--index-dir", index_dir, "--json", "--backend", "torch")
@@ -270,14 +271,14 @@ def test_a_resolve_of_a_few_addresses_starts_without_torch_where_the_default_is_
     few.write_text(f"{query}\n深圳南山\n", encoding="utf-8")
     many.write_text(f"{query}\n深圳南山\n北京朝阳\n", encoding="utf-8")
     from_few, from_many = (run("resolve", "--file", f, "--index-dir", index_dir, "--json") for f in (few, many))
-    monkeypatch.setattr(settings, "DEFAULT_CPU_BACKEND", "int8")
+    monkeypatch.setattr(settings, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))  # int8 by default
     on_int8 = run("resolve", query, "--index-dir", index_dir, "--json")
     assert all(r.exit_code == 0 for r in (one_shot, torch_backend, from_few, from_many, on_int8))
     assert opened == ["numpy_backend", "cross_encoder", "numpy_backend", "cross_encoder", "cross_encoder"]
     ours, theirs = json.loads(one_shot.stdout)["matches"], json.loads(torch_backend.stdout)["matches"]
     assert [(m["id"], m["label"]) for m in ours] == [(m["id"], m["label"]) for m in theirs]
     assert max(abs(a["probability"] - b["probability"]) for a, b in zip(ours, theirs)) <= 2e-6
-    assert settings.one_shot_backend("int8", None, 1) == "int8"
+    assert plan_module.plan("int8", None, queries=1).backend == "int8"
 
 
 def test_the_numpy_backend_set_in_the_environment_leaves_batch_work_on_the_default(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from mgeo_index import settings, store
 from mgeo_index.jobs import ADMIN_COLUMNS, JobError, Policy, decide, normalize_file
+from mgeo_index.runtime.plan import plan
 from conftest import copy_index
 
 CHUNK, BATCH, TOP_K = 25, 10, 2
@@ -136,7 +137,7 @@ def test_every_row_once_in_order_with_rejects(index_dir, job_input, reference):
     assert job["status"] == "complete" and job["rows_done"] == len(rows)
     assert job["parts_done"] == -(-len(rows) // CHUNK)
     assert job["input_fingerprint"].startswith("sha256:") and job["build_id"] and job["cross_model_fingerprint"]
-    assert job["params"]["backend"] == settings.backend(device="cpu")  # the inference backend the job ran with
+    assert job["params"]["backend"] == plan().backend  # the inference backend the job ran with
     assert not list(out.parent.glob(".*parts"))  # parts removed once complete
 
 

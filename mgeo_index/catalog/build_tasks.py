@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import settings
+from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.compute.task import Task
 
 # Entries per actor in one Ray Data execution (a "window"): a pool lives for one execution and each actor
@@ -72,7 +72,7 @@ def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
             raise ValueError("worker processes and Ray actors load the bi-encoder from its directory: give a saved "
                              "model (--model DIR), not one built in this process")
         kwargs = {"model": bi.path, "device": runner.device, "backend": "torch" if runner.gpus_per_worker > 0 else
-                  backends.require(backend or getattr(bi, "backend", None) or settings.backend(None, runner.device))}
+                  backends.require(torch_plan(backend or getattr(bi, "backend", None), runner.device).backend)}
 
     def local():
         from mgeo_index.runtime import inference

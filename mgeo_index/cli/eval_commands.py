@@ -225,13 +225,14 @@ def bench(
     """
     from mgeo_index.measure import bench as bench_mod
     from mgeo_index.runtime import backends
+    from mgeo_index.runtime.plan import plan
 
     names = [b.strip() for b in backend_list.split(",") if b.strip()]
     sizes = [int(n) for n in build_rows.replace("_", "").split(",") if n.strip()]
     with friendly_errors():
         for name in names:
             backends.check(name)
-        chosen = backends.require(settings.backend(backend))  # the backend asked for must be there; others are skipped
+        chosen = backends.require(plan(backend).backend)  # the backend asked for must be there; others are skipped
         report = bench_mod.run_bench(
             addresses, limit=limit, naive=naive, backend=chosen, model=model, cross_model=cross_model, names=names,
             pairs=pairs, split=split, index_dir=index_dir, queries=queries, build_sizes=sizes, data=data, work_dir=work_dir,

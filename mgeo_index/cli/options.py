@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from mgeo_index import settings
+from mgeo_index.runtime.plan import ONE_SHOT_QUERIES
 
 IndexDir = Annotated[Path, typer.Option("--index-dir", "-i", help="Index directory (FAISS file, index.json, SQLite database).")]
 Db = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL of the store \\[env MGEO_INDEX_DB; default: SQLite in the index dir].")]
@@ -21,7 +22,7 @@ Backend = Annotated[str | None, typer.Option("--backend", help=(
     f"CPU inference backend: {', '.join(settings.BACKENDS[:-1])} or {settings.BACKENDS[-1]} "
     "\\[env MGEO_INDEX_BACKEND; default: bf16 on CPUs with AMX, int8 with VNNI, else torch; torch on CUDA; "
     "numpy computes without torch (a one-shot resolve starts in 1.7 s, not 2.6 s; answers agree to near-ties): "
-    f"a resolve of up to {settings.ONE_SHOT_QUERIES} addresses uses it where the default is torch, whose answers it gives; "
+    f"a resolve of up to {ONE_SHOT_QUERIES} addresses uses it where the default is torch, whose answers it gives; "
     "mgeo-index bench compares them on this machine]."))]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]

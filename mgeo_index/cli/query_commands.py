@@ -65,6 +65,7 @@ def resolve(
     A shop by name and address: mgeo-index resolve "民和路与飞虹路交叉口西100米" --name 名仕之家 --index-dir idx
     """
     from mgeo_index.api import AddressIndex
+    from mgeo_index.runtime.plan import plan
     from mgeo_index.text import printable
 
     with friendly_errors():
@@ -73,7 +74,7 @@ def resolve(
             raise typer.BadParameter(f"give --name once per query on the command line ({len(items)} queries, "
                                      f"{len(names)} names); for a file of names and addresses, use normalize "
                                      "--name-column", param_hint="--name")
-        backend = settings.one_shot_backend(backend, device, len(items))  # a few: without torch where answers agree
+        backend = plan(backend, device, queries=len(items)).backend  # a few: without torch where answers agree
         with AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device,
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:

@@ -35,6 +35,7 @@ from mgeo_index.catalog.crashpoints import crashpoint
 from mgeo_index.compute.runners import Runner
 from mgeo_index.catalog.reader import check_input_file
 from mgeo_index.compute.task import Task
+from mgeo_index.runtime.plan import plan
 from mgeo_index.jobs.inputs import Chunk, fingerprint_input, input_format, open_input
 from mgeo_index.jobs.parts import PartWriter, output_encoding, output_format as choose_format, part_name, parts_dir
 from mgeo_index.jobs.resolving import resolve_chunks, resolve_task
@@ -211,7 +212,7 @@ def run_job(
 
     ``resolver``: one already opened in this process (benchmarks, tests), which the local runner resolves with
     instead of one opened for the job. ``backend``: the inference backend of the job's resolvers, already checked
-    by the caller (default: that resolver's, else ``settings.backend`` for the runner's device).
+    by the caller (default: that resolver's, else the plan's for the runner's device, :mod:`mgeo_index.runtime.plan`).
     ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
     (strict / loose; default the index's, :func:`mgeo_index.query.resolver.index_numbers`), recorded with the job.
     ``profile``: which bundled cross-encoder reranks (default: the index's, see
@@ -232,7 +233,7 @@ def run_job(
     # wherever it runs, gets the name rather than falling back to its own environment
     if resolver is not None and runner.name != "local":
         raise ValueError("an opened resolver runs in this process: it is for the local runner only")
-    backend = getattr(getattr(resolver, "bi", None), "backend", None) or settings.backend(backend, runner.device)
+    backend = getattr(getattr(resolver, "bi", None), "backend", None) or plan(backend, runner.device).backend
     if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
         raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
     if chunk_size < 1 or batch_size < 1 or top_k < 1:

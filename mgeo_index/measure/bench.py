@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from mgeo_index.runtime import inference
+from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.text import normalize
 
 NAIVE_PAD = 64
@@ -273,7 +274,7 @@ def run_bench(
     texts = texts[:limit]
     rng = random.Random(0)
     shuffled = rng.sample(texts, len(texts))
-    chosen = settings.torch_backend(backend)  # numpy is for one-shot commands: the default is timed
+    chosen = torch_plan(backend).backend  # numpy is for one-shot commands: the default is timed
     bi = load_bi(model, device="cpu", backend=chosen)
     cross = load_cross(cross_model, device="cpu", backend=chosen)
     report = {

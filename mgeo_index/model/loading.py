@@ -87,7 +87,9 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
 def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
     """:mod:`mgeo_index.model.numpy_backend` where ``backend`` (or ``MGEO_INDEX_BACKEND``) is ``numpy``, the device
     the CPU and the model one it computes; otherwise None (the model loads as a torch module)."""
-    if settings.backend(backend) != "numpy" or settings.device(device) != "cpu":
+    from mgeo_index.runtime.plan import plan
+
+    if plan(backend, device).executor != "numpy":
         return None
     from mgeo_index.model import numpy_backend
 

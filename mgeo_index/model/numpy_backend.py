@@ -4,7 +4,7 @@ importing torch (1.2–1.7 s of a 2.6 s ``resolve`` of one address).
 It reads a model directory as :mod:`mgeo_index.model.bert` does (:mod:`mgeo_index.model.bert_files`:
 ``config.json``, ``model.safetensors`` in FP16, FP32 or int8 with scales) and computes BERT's forward pass in
 evaluation mode: embeddings, post-LayerNorm residual blocks, erf GELU (the polynomial torch's CPU kernel uses), a
-tanh pooler. Its Linear layers compute as the CPU's default backend does (:func:`mgeo_index.settings.backend`), so
+tanh pooler. Its Linear layers compute as the CPU's default backend does (:mod:`mgeo_index.runtime.plan`), so
 that a one-shot answer stays as close as it can to the answer the same machine gives in a batch job:
 
 - ``int8`` (VNNI CPUs): weights quantized per output channel, activations per row, as
@@ -19,7 +19,7 @@ queries over the CCKS catalog against the int8 backend, 55 rankings (candidates 
 and 6 of 19,989 labels differed, largest probability difference 0.0048 (``scripts/side_by_side.py answers
 --backend numpy``), so there it is a choice (``--backend numpy``, ``MGEO_INDEX_BACKEND=numpy``). Where the default is
 FP32 ``torch`` the answers are the same (2,000 queries: 0 rankings, 0 labels, probabilities within 1e-6), and a
-one-shot ``resolve`` uses it unasked (:func:`mgeo_index.settings.one_shot_backend`). Built for a handful of queries:
+one-shot ``resolve`` uses it unasked (:func:`mgeo_index.runtime.plan.choose`). Built for a handful of queries:
 batch throughput stays with the torch backends.
 """
 from __future__ import annotations
@@ -34,12 +34,16 @@ from mgeo_index.model.decision import Scoring
 
 LEVELS = 127.0  # as mgeo_index.runtime.quant
 MIN_FEATURES = 16  # narrower Linear layers (the 3-label classifier) stay FP32, as there
-NUMERICS = {"int8": "int8", "bf16": "bf16"}  # backend → how Linear layers compute here; any other: fp32
+NUMERICS = {"int8-rows": "int8", "bf16-tiles": "bf16"}  # a plan's numerics → how Linear layers compute here; else fp32
 
 
 def numerics(backend: str | None = None) -> str:
-    """How Linear layers compute: as the CPU's default backend (or ``backend``) would."""
-    return NUMERICS.get(settings.backend(backend), "fp32")
+    """How Linear layers compute: as the CPU's default backend would (or ``backend``, where it names a torch one):
+    the numerics of :func:`mgeo_index.runtime.plan.torch_plan`, whatever asked for ``numpy`` (a flag or
+    ``MGEO_INDEX_BACKEND``)."""
+    from mgeo_index.runtime.plan import torch_plan
+
+    return NUMERICS.get(torch_plan(backend).numerics, "fp32")
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:

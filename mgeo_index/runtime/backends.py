@@ -16,7 +16,7 @@ backend computes in its own precision inside the runner; none asks the engine fo
 
 Every CPU backend but ``onnx`` runs the transformer with :mod:`mgeo_index.runtime.attention` (keys padded to a fixed
 block), so an item's outputs are the same bits alone or in any batch. On CUDA only ``torch`` applies (the
-engine's FP16 path, fused attention). The CPU default is ``settings.backend()``.
+engine's FP16 path, fused attention). Which backend runs is :mod:`mgeo_index.runtime.plan`'s choice.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import torch
 
 from mgeo_index import files, settings
 from mgeo_index.runtime import attention, parallel
+from mgeo_index.runtime.plan import torch_plan
 
 BACKENDS = settings.BACKENDS
 ONNX_OPSET = 17
@@ -70,20 +71,19 @@ def _installed(module: str) -> bool:
 
 def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu",
           in_place: bool = False) -> torch.nn.Module:
-    """Set ``model.runner`` / ``model.backend`` for backend ``name`` (default: ``settings.backend()``; ``numpy``, which
-    computes the models :mod:`mgeo_index.model.loading` loads for it, reads as the CPU's default here:
-    :func:`mgeo_index.settings.torch_backend`). ``in_place``: ``int8`` and ``bf16`` convert the model itself
+    """Set ``model.runner`` / ``model.backend`` / ``model.plan`` for backend ``name`` (default: the plan's, ``numpy``,
+    which computes the models :mod:`mgeo_index.model.loading` loads for it, read as the CPU's default here:
+    :func:`mgeo_index.runtime.plan.torch_plan`). ``in_place``: ``int8`` and ``bf16`` convert the model itself
     instead of a copy, dropping its FP32 Linear weights (a model loaded for inference only: 12 MB less per
     shipped network in every process); such a model then runs on that backend alone."""
-    name = check(settings.torch_backend(name, device))
+    chosen = torch_plan(name, device)
+    name = check(chosen.backend)
     converted = model.__dict__.get("converted")
     if converted is not None:
         if name != converted:
             raise ValueError(f"this model was loaded for the {converted} backend only (its FP32 weights were dropped); "
                              f"load it again to run it on {name}")
         return model
-    if str(device).startswith("cuda") and name != "torch":
-        raise ValueError(f"backend {name!r} is for the CPU; on {device} use --backend torch (FP16 autocast)")
     require(name)
     if not str(device).startswith("cuda"):
         parallel.one_blas_thread()  # numpy's idle BLAS threads would spin on the cores torch's need
@@ -103,7 +103,7 @@ def apply(model: torch.nn.Module, name: str | None = None, *, device: str = "cpu
     if in_place and name in ("int8", "bf16"):
         model.__dict__["converted"] = name  # runner None: the model itself computes as the backend does
     # plain attributes, not registered submodules: state_dict(), .to() and saving never see the runner
-    model.__dict__.update(backend=name, runner=runner)
+    model.__dict__.update(backend=name, runner=runner, plan=chosen)
     return model
 
 
