@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from mgeo_index import settings, store
 from mgeo_index.cli import app
+from mgeo_index.runtime.plan import plan, torch_plan
 from conftest import copy_index
 
 runner = CliRunner()
@@ -195,7 +196,20 @@ def test_the_profile_and_number_policy_are_shown_wherever_answers_are(index_dir,
                             "--numbers", "strict").stdout)
     assert answer["numbers"] == "strict"  # the flag before the environment
     table = run("resolve", "深圳南山中山路75号东方科技园9号楼", "--index-dir", index_dir, "-k", "1").stdout
-    assert "profile default · numbers loose" in table
+    assert "profile default · numbers loose · plan " in table
+    assert answer["plan"] == str(plan(queries=1))  # a one-shot's: NumPy where the CPU's default is FP32 torch
+    assert facts["plan (queries here)"] == str(plan())  # a service's, a job's, an index opened in Python
+    assert facts["plan (vectors)"] == str(torch_plan())  # the build embedded on the CPU's default
+
+
+def test_the_plan_is_recorded_with_the_build_and_the_job(index_dir, tmp_path):
+    descriptor = json.loads((index_dir / "index.json").read_text(encoding="utf-8"))
+    assert descriptor["plan"] == str(torch_plan())
+    stores = tmp_path / "stores.csv"
+    stores.write_text("address\n深圳南山中山路75号东方科技园9号楼\n", encoding="utf-8")
+    assert run("normalize", stores, "--index-dir", index_dir, "--out", tmp_path / "out.csv").exit_code == 0
+    job = json.loads(run("jobs", "--index-dir", index_dir, "--json").stdout.splitlines()[0])
+    assert job["params"]["plan"] == str(torch_plan()) and job["params"]["backend"] == torch_plan().backend
 
 
 def test_resolve_explain_in_json_and_table(index_dir):

@@ -60,6 +60,7 @@ class BuildResult:
     rejects_path: str | None = None
     engine: str = "local"  # the runner that parsed and embedded (mgeo_index.compute)
     answers: dict[str, str] = field(default_factory=dict)  # the profile and number policy its answers use (settings.answer_settings)
+    plan: str = ""  # how its vectors were computed (mgeo_index.runtime.plan), as the generation records it
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -312,6 +313,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         timings.update(published.seconds)
         timings["total"] = time.perf_counter() - started
         result.generation_id = published.generation_id
+        result.plan = str(encode.plan) if encode.plan is not None else ""
         result.entries_total = published.entries_total
         result.vectors_total = published.vectors_total
         result.vectors_added = published.vectors_added

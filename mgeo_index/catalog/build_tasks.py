@@ -67,12 +67,15 @@ def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
     if runner.name == "local" and runner.workers == 1:
         bi.to(runner.device)
         backends.ensure(bi, backend, device=runner.device)
+        plan = getattr(bi, "plan", None)
     else:
         if not bi.path:
             raise ValueError("worker processes and Ray actors load the bi-encoder from its directory: give a saved "
                              "model (--model DIR), not one built in this process")
-        kwargs = {"model": bi.path, "device": runner.device, "backend": "torch" if runner.gpus_per_worker > 0 else
-                  backends.require(torch_plan(backend or getattr(bi, "backend", None), runner.device).backend)}
+        on_gpus = runner.gpus_per_worker > 0
+        plan = torch_plan("torch" if on_gpus else backend or getattr(bi, "backend", None),
+                          "cuda" if on_gpus else runner.device)
+        kwargs = {"model": bi.path, "device": runner.device, "backend": backends.require(plan.backend)}
 
     def local():
         from mgeo_index.runtime import inference
@@ -86,7 +89,7 @@ def encode_task(runner, bi, backend: str | None, chunk_size: int) -> Task:
         return np.frombuffer(row["vectors"], dtype=np.float32).reshape(len(batch), bi.dim)
 
     return Task(local=local, actor=EncodeBatch, pack=_texts, unpack=unpack, gpus=True, kwargs=kwargs,
-                items_per_actor=_chunks_per_actor(chunk_size))
+                items_per_actor=_chunks_per_actor(chunk_size), plan=plan)
 
 
 class ParseBatch:

@@ -30,6 +30,7 @@ import numpy as np
 from mgeo_index import files, settings, store
 from mgeo_index.index import faiss_index, sparse as sparse_index, vector_store
 from mgeo_index.catalog.crashpoints import crashpoint
+from mgeo_index.runtime.plan import plan
 
 DESCRIPTOR = "index.json"
 KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
@@ -168,6 +169,7 @@ def descriptor_of(generation: dict, catalog: str, db_url: str) -> dict:
         "model_path": generation["model_path"],
         "database": redact(db_url),
         **({"vector_store": generation["vector_store"]} if generation.get("vector_store") else {}),
+        **({"plan": generation["plan"]} if generation.get("plan") else {}),
     }
 
 
@@ -362,6 +364,7 @@ def publish(
             kind=kind, index_file=written.name, sparse_file=sparse_file, index_factory=factory, dim=bi.dim,
             ntotal=written.ntotal, ids_sha256=ids_sha256(written.ids), checksums=checksums,
             model_fingerprint=bi.fingerprint, model_path=bi.path, vector_store=None if location is None else location.url,
+            plan=str(encode.plan) if encode.plan is not None else None,
         )
         files.write_json_atomic(index_dir / DESCRIPTOR, descriptor_of(store.current_generation(engine, catalog_id), catalog, db_url))
         draft.point(catalog)  # Milvus: the alias follows the store's pointer (a kill before it: check reports, gc realigns)
@@ -517,7 +520,9 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     report.facts.update({"generation": generation["id"]} | (
         {"index file": generation["index_file"]} if location is None else
         {"vector store": location.url, "collection": generation["index_file"]}
-    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"]}
+    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"],
+         "plan (vectors)": generation.get("plan") or "not recorded (built before plans were)",
+         "plan (queries here)": str(plan(None, None))}
       | settings.answer_settings(store.catalog_numbers(engine, report.catalog), store.catalog_profile(engine, report.catalog)))
     mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
     if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:

@@ -79,9 +79,9 @@ def resolve(
                                rerank=not no_rerank, backend=backend, numbers=numbers, profile=profile) as idx:
             if idx.resolver.profile_note:
                 err.print(idx.resolver.profile_note, highlight=False)
-            # what the answers are made with: the footer of each table, two keys of each JSON line
-            made_with = {"profile": idx.resolver.profile, "numbers": idx.resolver.numbers} if not no_rerank else {}
-            footer = f"profile {idx.resolver.profile} · numbers {idx.resolver.numbers}" if made_with else None
+            # what the answers are made with: the footer of each table, keys of each JSON line
+            made_with = idx.resolver.made_with(not no_rerank)
+            footer = " · ".join(f"{key} {value}" for key, value in made_with.items())
             # a bar for inputs longer than one batch (on stderr, above which the answers print; none off a terminal)
             with progress() if len(items) > batch_size else contextlib.nullcontext() as bar:
                 task = bar.add_task("Resolving", total=len(items)) if bar is not None else None

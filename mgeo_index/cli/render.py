@@ -104,6 +104,7 @@ def build_table(result) -> Table:
         ("vectors added", result.vectors_added),
         ("entries parsed", result.entries_parsed),
         ("index", f"{result.index_factory} → {result.index_path}"),
+        *((("plan", result.plan),) if getattr(result, "plan", "") else ()),  # how the vectors were computed
         *result.answers.items(),  # the profile and number policy of its answers, and where each comes from
         ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())),
     ), result.rejects_path)

@@ -27,3 +27,4 @@ class Task:
     gpus: bool = False
     items_per_actor: int = 1
     side_by_side: bool = True
+    plan: Any = None  # how its model computes wherever it runs (mgeo_index.runtime.plan.Plan), when it has one

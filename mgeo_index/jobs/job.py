@@ -233,7 +233,9 @@ def run_job(
     # wherever it runs, gets the name rather than falling back to its own environment
     if resolver is not None and runner.name != "local":
         raise ValueError("an opened resolver runs in this process: it is for the local runner only")
-    backend = getattr(getattr(resolver, "bi", None), "backend", None) or plan(backend, runner.device).backend
+    opened = getattr(resolver, "bi", None)
+    chosen = getattr(opened, "plan", None) or plan(getattr(opened, "backend", None) or backend, runner.device)
+    backend = chosen.backend
     if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
         raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
     if chunk_size < 1 or batch_size < 1 or top_k < 1:
@@ -270,6 +272,7 @@ def run_job(
         # parts of a job must all have the same columns
         "output_columns": list(result_columns(explain, catalog_columns, coordinates)),
         "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
+        "plan": str(chosen),  # how its models compute (mgeo_index.runtime.plan): recorded, the backend compared
         "encoding": output_encoding(encoding, reader.encoding) if fmt == "csv" else "utf-8",
     }
     writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values,

@@ -59,7 +59,10 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
     applied (``--backend`` > ``MGEO_INDEX_BACKEND`` > the device's default)."""
     path = settings.bi_model_path(model)
     if (numpy := _numpy_backend(backend, device, path)) is not None:
-        return numpy.BiEncoder(path, numpy.numerics())
+        module, chosen = numpy
+        bi = module.BiEncoder(path, module.kind_of(chosen))
+        bi.plan = chosen
+        return bi
     from mgeo_index.runtime import backends
 
     device = settings.device(device)
@@ -73,7 +76,9 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
     ``profile``), as :func:`load_bi`."""
     path = settings.cross_model_path(cross_model, profile)
     if (numpy := _numpy_backend(backend, device, path)) is not None:
-        cross = numpy.CrossEncoder(path, numpy.numerics())
+        module, chosen = numpy
+        cross = module.CrossEncoder(path, module.kind_of(chosen))
+        cross.plan = chosen
     else:
         from mgeo_index.runtime import backends
 
@@ -85,15 +90,16 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
 
 
 def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
-    """:mod:`mgeo_index.model.numpy_backend` where ``backend`` (or ``MGEO_INDEX_BACKEND``) is ``numpy``, the device
-    the CPU and the model one it computes; otherwise None (the model loads as a torch module)."""
+    """(:mod:`mgeo_index.model.numpy_backend`, the plan) where the plan for ``backend`` and ``device`` runs the NumPy
+    executor and that executor computes the model in ``path``; otherwise None (the model loads as a torch module)."""
     from mgeo_index.runtime.plan import plan
 
-    if plan(backend, device).executor != "numpy":
+    chosen = plan(backend, device)
+    if chosen.executor != "numpy":
         return None
     from mgeo_index.model import numpy_backend
 
-    return numpy_backend if numpy_backend.supports(path) else None
+    return (numpy_backend, chosen) if numpy_backend.supports(path) else None
 
 
 def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:

@@ -43,7 +43,12 @@ def numerics(backend: str | None = None) -> str:
     ``MGEO_INDEX_BACKEND``)."""
     from mgeo_index.runtime.plan import torch_plan
 
-    return NUMERICS.get(torch_plan(backend).numerics, "fp32")
+    return kind_of(torch_plan(backend))
+
+
+def kind_of(plan) -> str:
+    """How :class:`Linear` layers compute under ``plan`` (:class:`mgeo_index.runtime.plan.Plan`): int8, bf16 or fp32."""
+    return NUMERICS.get(plan.numerics, "fp32")
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -184,6 +189,7 @@ class Network:
     """What both models here share: ``forward`` over NumPy inputs, run in batches by :meth:`run`."""
 
     backend = "numpy"
+    plan = None  # the plan it was loaded for (mgeo_index.model.loading sets it)
     tokenizer = None
     max_length: int
 

@@ -66,6 +66,13 @@ class Resolver:
     profile_note: str | None = None  # why, when it was chosen for a GPU
     name_column: str | None = None  # the catalog column naming each entry's place (build --name-column), if any
 
+    def made_with(self, rerank: bool = True) -> dict[str, str]:
+        """What its answers are made with, as ``resolve --json`` and the service show it beside them: the profile and
+        number policy (reranked answers only) and the plan its models compute with (:mod:`mgeo_index.runtime.plan`)."""
+        made = {"profile": self.profile, "numbers": self.numbers} if rerank else {}
+        plan = getattr(self.bi, "plan", None)
+        return made | ({"plan": str(plan)} if plan is not None else {})
+
     def resolve(
         self,
         queries: Sequence[str],

@@ -213,7 +213,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             if version == state.loaded.version:  # computed on an index swapped out meanwhile: not kept
                 await state.cache.set_many(fresh)
         # printable: a lone surrogate (invalid UTF-8 in the body, or a "\ud800" escape) cannot be encoded back
-        made_with = {"profile": loaded.resolver.profile, "numbers": loaded.resolver.numbers} if body.rerank else {}
+        made_with = loaded.resolver.made_with(body.rerank)
         objects = [{"query": printable(q)} | ({"name": printable(n)} if n else {}) | {"matches": m} | made_with
                    for q, n, m in zip(queries, names, answers)]
         return JSONResponse(objects[0] if body.query is not None else {"results": objects})

@@ -40,6 +40,8 @@ class Generation(Base):
     # None: ``index_file`` is a FAISS file in the index directory; else the vector store's URL (no credentials)
     # and ``index_file`` names the generation's collection there (migration 0007, :mod:`mgeo_index.index.vector_store`)
     vector_store: Mapped[str | None] = mapped_column(Text)
+    # how its vectors were computed (mgeo_index.runtime.plan: torch/int8-rows/blocked, …); None before migration 0012
+    plan: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False, default=_utcnow)
 
 
