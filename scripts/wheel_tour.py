@@ -49,6 +49,7 @@ def megabytes(path: Path) -> float:
     """MiB on disk, as ``du -sm`` counts them (allocated blocks; bytecode pip compiled included)."""
     total = 0
     for root, _dirs, names in os.walk(path):
+        total += Path(root).stat().st_blocks * 512  # the folders' own blocks, as du counts them
         for name in names:
             file = Path(root, name)
             if not file.is_symlink():
@@ -67,6 +68,23 @@ def sizes(site: Path) -> dict:
         parts[name] = parts.get(name, 0.0) + size
     top = dict(sorted(((k, round(v, 1)) for k, v in parts.items()), key=lambda kv: -kv[1])[:8])
     return {"site_packages_mb": round(megabytes(site), 1), "largest_mb": top}
+
+
+def source_copy(work: Path) -> Path:
+    """This checkout's files (tracked and not ignored: ``git ls-files``; without git, the tree less build outputs)
+    copied under ``work``, so that building the wheel neither writes ``build/`` here nor packs a stale file from it."""
+    src = work / "src"
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True)
+    if listed.returncode != 0:
+        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                                  "__pycache__", ".pytest_cache", ".hypothesis"))
+        return src
+    for name in filter(None, listed.stdout.decode("utf-8").split("\0")):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
+    return src
 
 
 def free_port() -> int:
@@ -113,7 +131,7 @@ def tour(work: Path, *, with_serve: bool = True) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     run("build the wheel", [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", wheels, REPO])
+                            "-w", wheels, source_copy(work)])
     wheel, = wheels.glob("mgeo_index-*.whl")
     report["wheel_mb"] = round(wheel.stat().st_size / 2**20, 1)
     run("create a fresh venv", [sys.executable, "-m", "venv", venv])
