@@ -168,7 +168,7 @@ class AddressIndex:
     def resolve(self, queries: str, **options) -> list[Match]: ...
     @overload
     def resolve(self, queries: Sequence[str], **options) -> list[list[Match]]: ...
-    def resolve(self, queries, *, top_k: int = 10, rerank: bool = True, explain: bool = False,
+    def resolve(self, queries, *, top_k: int = settings.DEFAULT_TOP_K, rerank: bool = True, explain: bool = False,
                 retrieval: str = "hybrid", admin_filter: bool = False, rerank_depth: int | None = None,
                 batch_size: int = 256, numbers: str | None = None, names=None):
         """Catalog entries for each query, best first (a list for one query, a list of lists for many).

@@ -22,6 +22,7 @@ SAMPLE_CATALOG = PACKAGE_DIR / "data" / "sample_catalog.csv"
 DB_FILENAME = "mgeo.db"
 DEFAULT_INDEX_FACTORY = "auto"  # index.auto_factory: Flat while small, then IVF with quantized vectors
 DEFAULT_CATALOG = "default"
+DEFAULT_TOP_K = 10  # candidates retrieved and reranked per query: resolve, the API, normalize jobs, the benchmarks
 LABELS = ("exact_match", "partial_match", "not_match")
 # Queries and pair sides are cut to this many characters (after normalization) before encoding, n-gram
 # search, features and scoring: far above any real address (the bi-encoder reads 62 characters, the

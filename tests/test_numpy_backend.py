@@ -110,11 +110,11 @@ def test_a_one_shot_resolve_on_the_numpy_backend_imports_no_torch_and_answers_as
 def test_backend_numpy_falls_back_where_it_cannot_compute_a_model(tiny_model_dirs, tmp_path):
     bi_dir, _ = tiny_model_dirs
     config = json.loads((bi_dir / "config.json").read_text())
-    assert numpy_backend.supports(bi_dir) == (config.get("model_type") == "bert")
+    assert numpy_backend.computes(bi_dir) == (config.get("model_type") == "bert")
     trees = tmp_path / "trees"
     trees.mkdir()
     (trees / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_act": "gelu"}))
     (trees / "feature_head.lgb.txt").write_text("")
-    assert not numpy_backend.supports(trees)
+    assert not numpy_backend.computes(trees)
     # a torch module (a build's embedding, a model the numpy backend cannot compute) runs on the CPU's default
     assert backends.apply(load_bi_encoder(BI), "numpy").backend == settings.DEFAULT_CPU_BACKEND

@@ -98,7 +98,7 @@ def test_queue_items_are_scored_and_deduplicated(review_env):
     items = store.next_review_items(index.resolver.engine, info.name, limit=100)
     assert sorted(i["query"] for i in items) == sorted(set(QUERIES))
     for item in items:
-        assert 1 <= len(item["candidates"]) <= review_queue.DEFAULT_TOP_K
+        assert 1 <= len(item["candidates"]) <= review_queue.CANDIDATES_SHOWN
         assert all("explain" in c and "probabilities" in c for c in item["candidates"])
         probs = [[c["probabilities"][label] for label in LABELS] for c in item["candidates"]]
         assert item["margin"] == pytest.approx(margin(probs))

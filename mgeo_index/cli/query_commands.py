@@ -41,7 +41,7 @@ def resolve(
     queries: Annotated[list[str] | None, typer.Argument(help="Addresses to resolve.")] = None,
     file: QueriesFile = None,
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates to retrieve and rerank.")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000, help="Candidates to retrieve and rerank.")] = settings.DEFAULT_TOP_K,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Retrieval only (no cross-encoder).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show which address elements agree or differ.")] = False,

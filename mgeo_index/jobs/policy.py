@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mgeo_index import settings
 from mgeo_index.catalog.coordinates import coordinate, coordinate_names
 
 STATUSES = ("matched", "ambiguous", "unmatched", "rejected")
@@ -30,7 +31,7 @@ COORDINATE_COLUMNS = ("lon", "lat", "coordinates_precision")
 DEFAULT_MIN_PROBABILITY = 0.5
 #: ambiguous when the runner-up's relevance (P(exact) + ½·P(partial)) is within this of the best's
 DEFAULT_MARGIN = 0.1
-DEFAULT_TOP_K = 10
+DEFAULT_TOP_K = settings.DEFAULT_TOP_K
 DEFAULT_CHUNK_SIZE = 8192
 DEFAULT_BATCH_SIZE = 1024
 ALTERNATIVES = 3

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mgeo_index import settings
 from mgeo_index.runtime import inference
 from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.text import normalize
@@ -131,7 +132,7 @@ def bench_score(cross, first: Sequence[str], second: Sequence[str], naive_n: int
     return _vs_naive(len(first), fast_s, n_slow, slow_s, rounds, lambda: network_scores(cross, first, second))
 
 
-def bench_resolve(resolver, queries: Sequence[str], *, top_k: int = 10, warmup: int = 10) -> dict:
+def bench_resolve(resolver, queries: Sequence[str], *, top_k: int = settings.DEFAULT_TOP_K, warmup: int = 10) -> dict:
     """Single-query latency on a warm process (one query per call, as online traffic arrives)."""
     for q in queries[:warmup]:
         resolver.resolve([q], top_k=top_k)
@@ -259,7 +260,6 @@ def run_bench(
     those sizes synthesized from ``data`` in ``work_dir``. Returns the report (what ``--json`` prints)."""
     import random
 
-    from mgeo_index import settings
     from mgeo_index.catalog.reader import read_catalog
     from mgeo_index.measure.evaluate import read_labeled_pairs
     from mgeo_index.model.loading import load_bi, load_cross

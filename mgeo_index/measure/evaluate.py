@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mgeo_index import settings
 from mgeo_index.runtime import inference
 from mgeo_index.catalog.reader import CatalogError, detect_encoding, open_text
 from mgeo_index.measure.metrics import classification_report, expected_calibration_error, retrieval_report
@@ -205,7 +206,7 @@ def gold_entry_ids(resolver, golds: list[list[str]]) -> list[set[int]]:
 
 
 def evaluate_retrieval(
-    resolver, queries: list[str], golds: list[list[str]], *, top_k: int = 10, retrieval: str = "hybrid",
+    resolver, queries: list[str], golds: list[list[str]], *, top_k: int = settings.DEFAULT_TOP_K, retrieval: str = "hybrid",
     admin_filter: bool = False, rerank_depth: int | None = None,
 ) -> dict:
     """recall@1/5/10 and MRR@10 of retrieval alone and after reranking; gold found by normalized address. After
@@ -240,7 +241,7 @@ def evaluate_retrieval(
     return report
 
 
-def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: list, *, top_k: int = 10,
+def evaluate_dense_retrieval(bi, queries: list[str], catalog: list[str], gold: list, *, top_k: int = settings.DEFAULT_TOP_K,
                              precision: str | None = None) -> dict:
     """recall@1/5/10 and MRR@10 of dense retrieval alone over an in-memory catalog (no index directory,
     no store: how training measures a fresh bi-encoder). ``gold[i]`` is the catalog position (or a

@@ -99,7 +99,7 @@ def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
         return None
     from mgeo_index.model import numpy_backend
 
-    return (numpy_backend, chosen) if numpy_backend.supports(path) else None
+    return (numpy_backend, chosen) if numpy_backend.computes(path) else None
 
 
 def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:

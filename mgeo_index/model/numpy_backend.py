@@ -290,7 +290,7 @@ class CrossEncoder(Network, Scoring):
         return self.feature_head(features)
 
 
-def supports(path: str | Path) -> bool:
+def computes(path: str | Path) -> bool:
     """Whether this backend computes the model in ``path``: a BERT as :func:`mgeo_index.model.bert_files.supports`
     says, whose feature head, if any, is of MLPs (not trees)."""
     path = Path(path)

@@ -65,7 +65,10 @@ def _exclusive_runs(cross, a: list[str], parsed_b: list[dict], shown, decided):
 
 
 @dataclass
-class MatchResult:
+class MatchFileReport:
+    """What :func:`match_file` did with a file of pairs (one :class:`mgeo_index.query.results.MatchResult` a pair is
+    the API's)."""
+
     rows: int = 0
     scored: int = 0
     invalid: list[str] = field(default_factory=list)  # "line N: reason"
@@ -84,7 +87,7 @@ def match_file(
     on_progress: Callable[[int], None] | None = None,
     numbers: str | None = None,
     raw: bool = False,
-) -> MatchResult:
+) -> MatchFileReport:
     """Write ``out_path`` = the input rows + label + one probability column per label, in input order.
 
     ``explain`` adds a JSON column {element: {"state", "query", "candidate", "text"}} (state agree | differ |
@@ -106,7 +109,7 @@ def match_file(
     if not out_path.resolve().parent.is_dir():
         raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
     encoding = detect_encoding(pairs_path)
-    result = MatchResult(label_counts={label: 0 for label in cross.labels})
+    result = MatchFileReport(label_counts={label: 0 for label in cross.labels})
     _last_line = 1
 
     def write(tmp: str) -> None:

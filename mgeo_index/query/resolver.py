@@ -77,7 +77,7 @@ class Resolver:
         self,
         queries: Sequence[str],
         *,
-        top_k: int = 10,
+        top_k: int = settings.DEFAULT_TOP_K,
         rerank: bool = True,
         explain: bool = False,
         retrieval: str = "hybrid",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mgeo_index.api import AddressIndex
 
 DEFAULT_BELOW = 0.9  # job rows whose best probability is below this are reviewed even when "matched"
-DEFAULT_TOP_K = 5  # candidates shown per item
+CANDIDATES_SHOWN = 5  # candidates retrieved and shown per review item
 REVIEW_STATUSES = ("ambiguous", "unmatched")  # job rows always reviewed ("rejected" rows have nothing to match)
 BATCH = 64  # queries resolved per call while building a queue
 
@@ -155,7 +155,7 @@ def _pick(header: list[str], rows, address_column: str | None) -> Iterator[tuple
 # --------------------------------------------------------------------------- scoring
 
 
-def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k: int = DEFAULT_TOP_K,
+def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k: int = CANDIDATES_SHOWN,
                 batch_size: int = BATCH, on_progress: Progress | None = None) -> list[dict[str, Any]]:
     """Queue items for (row, query) pairs: the ``top_k`` explained candidates of each query, its margin
     (over the candidates' probabilities in ranked order) and the network / feature-head disagreement on
@@ -188,7 +188,7 @@ def score_items(index: "AddressIndex", rows: Sequence[tuple[int, str]], *, top_k
     return out
 
 
-def rescore_stale(index: "AddressIndex", queue: str, *, top_k: int = DEFAULT_TOP_K,
+def rescore_stale(index: "AddressIndex", queue: str, *, top_k: int = CANDIDATES_SHOWN,
                   on_progress: Progress | None = None) -> int:
     """Score again the pending items of ``queue`` that another model scored (the active model changed:
     ``adapt``). Each update is conditional on the item still being pending at the version read, so a
@@ -216,7 +216,7 @@ def rescore_stale(index: "AddressIndex", queue: str, *, top_k: int = DEFAULT_TOP
 
 
 def open_queue(index: "AddressIndex", *, job: int | None = None, file: str | Path | None = None,
-               below: float = DEFAULT_BELOW, top_k: int = DEFAULT_TOP_K,
+               below: float = DEFAULT_BELOW, top_k: int = CANDIDATES_SHOWN,
                on_progress: Callable[[str, int, int], None] | None = None) -> QueueInfo:
     """Build or refresh the queue of a normalize job or a queries file: items not in it yet are resolved
     and added (a query text already in the queue is not added twice), pending items scored by another

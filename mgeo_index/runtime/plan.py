@@ -65,7 +65,7 @@ def choose(requested: str | None, device: str, flags: frozenset[str], *, queries
            numpy_computes: bool = True) -> Plan:
     """The plan for ``requested`` (a backend name or None) on ``device``, for a process that answers ``queries``
     queries (None: any number, a service, an index opened in Python, a job), on a CPU with ``flags``;
-    ``numpy_computes``: whether the NumPy executor computes the model (:func:`mgeo_index.model.numpy_backend.supports`).
+    ``numpy_computes``: whether the NumPy executor computes the model (:func:`mgeo_index.model.numpy_backend.computes`).
     Pure: the same arguments, the same plan."""
     if requested is not None and requested not in settings.BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(settings.BACKENDS)}, not {requested!r}")
