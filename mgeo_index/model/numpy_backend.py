@@ -28,12 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index import settings
 from mgeo_index.model import bert_files
 from mgeo_index.model.decision import Scoring
+from mgeo_index.runtime.plan import LEVELS, MIN_FEATURES  # int8 by rows, as runtime/quant.py computes it
 
-LEVELS = 127.0  # as mgeo_index.runtime.quant
-MIN_FEATURES = 16  # narrower Linear layers (the 3-label classifier) stay FP32, as there
 NUMERICS = {"int8-rows": "int8", "bf16-tiles": "bf16"}  # a plan's numerics → how Linear layers compute here; else fp32
 
 

@@ -40,6 +40,9 @@ ONE_SHOT_QUERIES = 64
 #: How each backend's Linear layers compute on a CPU (numpy: as the CPU's default does).
 NUMERICS = {"torch": "fp32", "compile": "fp32", "onnx": "fp32", "int8": "int8-rows", "bf16": "bf16-tiles"}
 EXECUTORS = {"numpy": "numpy", "onnx": "onnxruntime"}  # the rest: torch
+# int8 by rows, as both executors compute it (runtime/quant.py for torch, model/numpy_backend.py for NumPy):
+LEVELS = 127.0  # symmetric int8: -127 … 127
+MIN_FEATURES = 16  # narrower Linear layers (a 3-label classifier) stay FP32: they cost nothing
 
 
 @dataclass(frozen=True)

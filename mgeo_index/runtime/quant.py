@@ -27,10 +27,10 @@ import copy
 import torch
 from torch import nn
 
+from mgeo_index.runtime.plan import LEVELS, MIN_FEATURES  # noqa: F401  (int8 by rows: the NumPy executor's too)
+
 ROWS = 512
 TILE_ROWS = 256  # bf16: one fixed GEMM shape; 128 rows were 1.1x slower on batches, 512 1.3x slower on one address
-LEVELS = 127.0  # symmetric int8: -127 … 127
-MIN_FEATURES = 16  # narrower Linear layers (a 3-label classifier) stay FP32: they cost nothing
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
