@@ -9,9 +9,8 @@ from pathlib import Path
 
 from mgeo_index import files
 from mgeo_index.query import features
-from mgeo_index.runtime import inference
+from mgeo_index.query.labelling import label_pairs, runs_of
 from mgeo_index.catalog.reader import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
-from mgeo_index.model import group_head
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.tables import TableWriter
@@ -35,33 +34,11 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     strict = number_policy.check_mode(numbers) == "strict"
     parsed = features.parse_distinct(a + b) if n and (explain or stacked or strict) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
-    offsets = None  # the deciding head's: the cross-encoder's, or the group head's
-    if grouped and cross.group_head is not None:
-        probs, decided = group_head.score_groups(cross, a, b, features=pair_features, device=device)
-        offsets = cross.group_head.decision_offsets
-    else:
-        probs = inference.score_pairs(cross, a, b, device=device, features=pair_features)
-        decided = cross.decide(probs)
-    conflicts = number_policy.conflicting(parsed[:n], parsed[n:]) if strict and n else None
-    probs, shown, decided = number_policy.answer(cross, probs, decided, conflicts, numbers, offsets)
-    if grouped and strict and n and not calibrated:
-        shown, decided = _exclusive_runs(cross, a, parsed[n:], shown, decided)
+    labelled = label_pairs(cross, a, b, parsed[:n] if parsed else None, parsed[n:] if parsed else None,
+                           numbers=numbers, device=device, features=pair_features, group_head=grouped,
+                           runs=runs_of(a) if grouped and not calibrated else None)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
-    return (probs if calibrated else shown), decided, explained
-
-
-def _exclusive_runs(cross, a: list[str], parsed_b: list[dict], shown, decided):
-    """Within each run of one query's candidates, the entries labelled exact_match that conflict with each other
-    share that mass (:func:`mgeo_index.model.numbers.share_exact`), as in a ``resolve`` answer."""
-    start = 0
-    while start < len(a):
-        stop = start
-        while stop < len(a) and a[stop] == a[start]:
-            stop += 1
-        shown[start:stop], decided[start:stop] = number_policy.share_exact(
-            shown[start:stop], decided[start:stop], parsed_b[start:stop], cross.labels)
-        start = stop
-    return shown, decided
+    return (labelled.calibrated if calibrated else labelled.shown), labelled.decided, explained
 
 
 @dataclass

@@ -19,6 +19,7 @@ from mgeo_index.catalog import generations
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference
 from mgeo_index.model import numbers as number_policy
+from mgeo_index.query.labelling import label_pairs
 from mgeo_index.model.loading import ModelMismatch, check_index_model, load_for_index  # noqa: F401  (ModelMismatch: re-exported)
 from mgeo_index.settings import LABELS
 from mgeo_index.text import has_content, model_text, with_name
@@ -326,32 +327,24 @@ class Resolver:
                     start = rows.stop
                 firsts, seconds = [firsts[r] for r in kept], [seconds[r] for r in kept]
                 pair_features = pair_features[kept]
-        probs = inference.score_pairs(cross, firsts, seconds, device=self.device, features=pair_features)
-        decided = cross.decide(probs)
-        conflicts = None
-        if numbers == "strict":  # conflicting numbers: not exact_match, ranked by the policy's low P(exact_match)
-            conflicts = number_policy.conflicting(
-                [query for (query, _), matches in zip(parsed, results) for _ in matches],
-                [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches])
-        # ranked by the calibrated probabilities; shown with the label the most probable (number_policy.answer)
-        probs, shown, decided = number_policy.answer(cross, probs, decided, conflicts, numbers)
+        labelled = label_pairs(
+            cross, firsts, seconds, [query for (query, _), matches in zip(parsed, results) for _ in matches],
+            [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
+            numbers=numbers, device=self.device, features=pair_features, runs=[len(matches) for matches in results])
         row = 0
-        for matches, (_, candidates) in zip(results, parsed):
+        for matches in results:
             rows = range(row, row + len(matches))
-            answer_shown, answer_labels = shown[rows.start:rows.stop], decided[rows.start:rows.stop]
-            if numbers == "strict":  # entries labelled exact_match that conflict with each other share that mass
-                answer_shown, answer_labels = number_policy.share_exact(
-                    answer_shown, answer_labels, [candidates[m["id"]] for m in matches], labels)
-            for m, r, q, best in zip(matches, rows, answer_shown, answer_labels):
-                p, best = probs[r], int(best)
+            ranks = []
+            for m, r in zip(matches, rows):
+                # ranked by the calibrated probabilities; shown with the label the most probable
+                p, q, best = labelled.calibrated[r], labelled.shown[r], int(labelled.decided[r])
                 m["label"] = labels[best]
                 m["probability"] = round(float(q[best]), 6)
                 m["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, q)}
-                m["_rank"] = float(p[exact] + PARTIAL_WEIGHT * p[partial] + RETRIEVAL_WEIGHT * m["_fused"])
+                ranks.append(float(p[exact] + PARTIAL_WEIGHT * p[partial] + RETRIEVAL_WEIGHT * m["_fused"]))
             row = rows.stop
-            matches.sort(key=lambda m: (-m["_rank"], -(m["score"] or 0.0)))
-            for m in matches:
-                m.pop("_rank")
+            order = sorted(range(len(matches)), key=lambda i: (-ranks[i], -(matches[i]["score"] or 0.0)))
+            matches[:] = [matches[i] for i in order]
 
 
 def open_resolver(
