@@ -151,13 +151,13 @@ def test_job_queue_takes_uncertain_rows(review_env, tmp_path):
     result = normalize_file(source, tmp_path / "out.csv", index_dir, address_column="address", id_column="id", device="cpu")
     with open(tmp_path / "out.csv", encoding="utf-8", newline="") as fh:
         written = list(csv.DictReader(fh))
-    expected = {(n, r["address"]) for n, r in enumerate(written, 1)
+    expected = {(n, r["address"], None) for n, r in enumerate(written, 1)
                 if r["status"] in ("ambiguous", "unmatched") or (r["status"] == "matched" and float(r["probability"]) < 0.9)}
     assert review_queue.job_queries(index.resolver.engine, result.job_id) == sorted(expected)
     assert expected, "the sample should leave at least one row to review"
     info = review_queue.open_queue(index, job=result.job_id)
     assert info.name == f"job:{result.job_id}"
-    assert info.added == len({a for _, a in expected})  # r2 and r4 are one address: one item
+    assert info.added == len({a for _, a, _ in expected})  # r2 and r4 are one address: one item
     with pytest.raises(ValueError, match="no normalize job"):
         review_queue.job_queries(index.resolver.engine, 9999)
 
@@ -386,3 +386,44 @@ def test_cli_builds_a_file_queue_without_serving(sample_index, tmp_path):
                                       "--no-serve", "--device", "cpu"])
     assert missing.exit_code == 1 and "does not exist" in missing.output
     assert runner.invoke(cli_app, ["review", "--help"]).output.count("Example:") == 1
+
+
+def test_a_name_column_jobs_queue_resolves_shows_and_labels_each_row_with_its_name(review_env, tmp_path):
+    """A job kept as name + address (normalize --name-column): its review items are resolved with the row's name, as
+    the job resolved them; the page shows the name; a decision labels the text the scorer read (address + name),
+    which is what confirmations are found by."""
+    from mgeo_index.jobs import normalize_file
+    from mgeo_index.text import model_text, with_name
+
+    _, index, _, _ = review_env
+    engine = index.resolver.engine
+    rows = [("s1", "深圳南山中山路75号", "东方科技园"), ("s2", "北京海淀东风路127号", "东方大厦"),
+            ("s3", "北京海淀东风路127号", "")]
+    source = tmp_path / "shops.csv"
+    with open(source, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([("id", "shop", "address"), *[(i, n, a) for i, a, n in rows]])
+    result = normalize_file(source, tmp_path / "shops.out.csv", review_env[0], address_column="address",
+                            id_column="id", name_column="shop", device="cpu")
+    wanted = review_queue.job_queries(engine, result.job_id, below=1.01)  # every row
+    assert wanted == [(1, rows[0][1], "东方科技园"), (2, rows[1][1], "东方大厦"), (3, rows[2][1], None)]
+    info = review_queue.open_queue(index, job=result.job_id, below=1.01)
+    assert info.added == 3  # s2 and s3: one address, two places
+    items = {i["row"]: i for i in store.next_review_items(engine, info.name, limit=10)}
+    for row, (_, address, name) in enumerate(rows, 1):
+        item = items[row]
+        assert item["name"] == (name or None) and item["query"] == address
+        assert item["query_normalized"] == model_text(with_name(address, name or None))
+        resolved = index.resolve(address, top_k=review_queue.CANDIDATES_SHOWN, names=[name or None])
+        assert [c["id"] for c in item["candidates"]] == [m.id for m in resolved]
+    named = items[1]
+    only = "test:named"  # a queue holding the named item alone, so that the page shows it
+    store.add_review_items(engine, only, [named])
+    client = client_for(index, only)
+    shown = client.get("/", headers=JSON).json()["item"]
+    assert shown["name"] == "东方科技园" and shown["query"] == rows[0][1]
+    page = client.get("/").text
+    assert "Input place" in page and "东方科技园" in page
+    assert client.post("/decide", data=form(shown, "exact", 1), headers=JSON).json()["status"] == "decided"
+    [label] = labels_of(engine, shown["id"])
+    assert label["query_normalized"] == named["query_normalized"] == model_text(rows[0][1] + "东方科技园")
+    assert store.confirmations(engine, [label["query_normalized"]])[label["query_normalized"]]["confirmed"]

@@ -233,9 +233,10 @@ def item_view(item: dict) -> dict:
     """An item as the page and the JSON API show it."""
     return {
         "id": item["id"], "version": item["version"], "model_version": item["model_version"], "row": item["row"],
-        "query": item["query"], "margin": round(float(item["margin"]), 6),
+        "query": item["query"], "name": item.get("name"), "margin": round(float(item["margin"]), 6),
         "disagreement": round(float(item["disagreement"]), 6),
         "candidates": [{"rank": n, "id": c["id"], "source_id": c.get("source_id"), "address": c["address"],
+                        "name": c.get("name"),
                         "label": c.get("label"), "probability": c.get("probability"),
                         "probabilities": c.get("probabilities") or {}, "source": c.get("source"),
                         "explain": explain_rows(c.get("explain"))}

@@ -41,6 +41,8 @@ class ReviewItem(Base):
     queue: Mapped[str] = mapped_column(String(64), nullable=False)
     row: Mapped[int] = mapped_column(Integer, nullable=False)
     query: Mapped[str] = mapped_column(Text, nullable=False)
+    # the row's place name, for jobs kept as name + address (migration 0013); query_normalized then writes it too
+    name: Mapped[str | None] = mapped_column(Text)
     query_normalized: Mapped[str] = mapped_column(Text, nullable=False)
     candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
     model_version: Mapped[str] = mapped_column(String(255), nullable=False)
@@ -105,8 +107,9 @@ class ReviewConflict(ReviewError):
 
 
 def add_review_items(engine: Engine, queue: str, items: Sequence[dict[str, Any]]) -> int:
-    """Add items (``row``, ``query``, ``query_normalized``, ``candidates``, ``model_version``, ``margin``,
-    ``disagreement``) to ``queue``; rows already in the queue are left as they are. Returns how many were new."""
+    """Add items (``row``, ``query``, ``name`` (optional), ``query_normalized``, ``candidates``, ``model_version``,
+    ``margin``, ``disagreement``) to ``queue``; rows already in the queue are left as they are. Returns how many
+    were new."""
     if not items:
         return 0
     with engine.begin() as conn:
@@ -116,7 +119,8 @@ def add_review_items(engine: Engine, queue: str, items: Sequence[dict[str, Any]]
             known.update(conn.execute(select(ReviewItem.row).where(
                 ReviewItem.queue == queue, ReviewItem.row.in_(rows[i : i + _IN_CHUNK]))).scalars())
         fresh = [{**{k: item[k] for k in ("row", "query", "query_normalized", "candidates", "model_version",
-                                          "margin", "disagreement")}, "queue": queue, "created_at": _utcnow()}
+                                          "margin", "disagreement")}, "name": item.get("name"), "queue": queue,
+                  "created_at": _utcnow()}
                  for item in items if int(item["row"]) not in known]
         if fresh:
             conn.execute(insert(ReviewItem), fresh)
