@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mgeo_index.measure.bench import synthesize_catalog  # noqa: E402
 from mgeo_index.catalog.build import build  # noqa: E402
-from mgeo_index.catalog.generations import catalog_state  # noqa: E402
+from mgeo_index.catalog.consistency import catalog_state# noqa: E402
 
 TOLERANCE = 1e-5  # FP32 on the CPU is batch-independent and both engines embed the same batches: ~0 expected
 

@@ -29,7 +29,7 @@ pytest.importorskip("ray.data", reason="ray[data] is not installed: the Ray buil
 from mgeo_index import settings, store  # noqa: E402
 from mgeo_index.compute import ray as ray_pool  # noqa: E402
 from mgeo_index.catalog.build import build  # noqa: E402
-from mgeo_index.catalog.generations import catalog_state  # noqa: E402
+from mgeo_index.catalog.consistency import catalog_state# noqa: E402
 from mgeo_index.cli import app  # noqa: E402
 from mgeo_index.query.resolver import open_resolver  # noqa: E402
 from mgeo_index.catalog.update import add, check  # noqa: E402

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mgeo_index import settings, store
-from mgeo_index.catalog import build as build_mod, generations
+from mgeo_index.catalog import build as build_mod, index_json
 from mgeo_index.index import faiss_index
 from mgeo_index.catalog.build import build
 from mgeo_index.query.resolver import ModelMismatch, open_resolver
@@ -23,7 +23,7 @@ def built(sample_build, tmp_path_factory):
 def test_build_stores_and_indexes_every_row(built):
     index_dir, result = built
     assert (result.rows_read, result.rows_inserted, result.rows_rejected) == (300, 300, 0)
-    descriptor = generations.read_descriptor(index_dir)
+    descriptor = index_json.read_descriptor(index_dir)
     index = faiss_index.load(index_dir / descriptor["index_file"])
     engine = store.connect(settings.database_url(index_dir))
     catalog_id = store.catalog_id(engine, settings.DEFAULT_CATALOG)
@@ -77,7 +77,7 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
     head.write_text("\n".join(lines[:51]) + "\n", encoding="utf-8")
     index_dir = tmp_path / "idx"
     build(head, index_dir, id_column="poi_id")
-    before = (index_dir / generations.DESCRIPTOR).read_text()
+    before = (index_dir / index_json.DESCRIPTOR).read_text()
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
@@ -86,7 +86,7 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
     with pytest.raises(KeyboardInterrupt):
         build(sample_catalog, index_dir, id_column="poi_id")
     monkeypatch.undo()
-    assert (index_dir / generations.DESCRIPTOR).read_text() == before  # readers still see the old index
+    assert (index_dir / index_json.DESCRIPTOR).read_text() == before  # readers still see the old index
     engine = store.connect(settings.database_url(index_dir))
     builds = store.list_builds(engine)
     assert [b["status"] for b in builds] == ["complete", "failed"]
@@ -98,7 +98,7 @@ def test_interrupted_build_keeps_old_index_and_reruns_cleanly(tmp_path, sample_c
 
 def test_index_factory_string_is_honoured(tmp_path, sample_catalog):
     result = build(sample_catalog, tmp_path / "hnsw", factory="HNSW32")
-    descriptor = generations.read_descriptor(tmp_path / "hnsw")
+    descriptor = index_json.read_descriptor(tmp_path / "hnsw")
     assert descriptor["index_factory"] == "HNSW32" and result.vectors_total == 300
     assert faiss_index.describe(faiss_index.load(tmp_path / "hnsw" / descriptor["index_file"]))["factory"].startswith("HNSW32")
     with pytest.raises(ValueError, match="NotAnIndex"):
@@ -286,7 +286,7 @@ def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, 
 def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_path, sample_catalog, monkeypatch):
     from mgeo_index.index import faiss_index
     from mgeo_index.catalog.build import build
-    from mgeo_index.catalog.generations import read_descriptor
+    from mgeo_index.catalog.index_json import read_descriptor
 
     flat = build(sample_catalog, tmp_path / "flat", id_column="poi_id", device="cpu")  # the default: auto
     assert flat.index_factory == "auto: Flat" and read_descriptor(tmp_path / "flat")["index_factory"] == "auto"
@@ -331,7 +331,7 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
     import torch
 
     from mgeo_index.compute.local import LocalRunner
-    from mgeo_index.catalog.generations import catalog_state
+    from mgeo_index.catalog.consistency import catalog_state
 
     threads = torch.get_num_threads()
     states = []
@@ -355,7 +355,7 @@ def _assert_same_catalog(state, other) -> None:
 def test_worker_processes_build_the_same_catalog_as_this_process(tmp_path):
     """``build --workers 2``: two worker processes, each loading the tagger and the bi-encoder from their files,
     parse and embed the chunks; the store and the vectors are those of a build in this process."""
-    from mgeo_index.catalog.generations import catalog_state
+    from mgeo_index.catalog.consistency import catalog_state
 
     states = []
     for workers in (None, 2):

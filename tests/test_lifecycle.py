@@ -16,7 +16,7 @@ from sqlalchemy import delete
 from typer.testing import CliRunner
 
 from mgeo_index import files, settings, store
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import generations, ownership, index_json
 from mgeo_index.index import faiss_index
 from mgeo_index.catalog.build import build
 from mgeo_index.cli import app
@@ -45,7 +45,7 @@ def index_dir(base_index, tmp_path) -> Path:
 
 
 def _vectors(index_dir: Path) -> dict[int, np.ndarray]:
-    descriptor = generations.read_descriptor(index_dir)
+    descriptor = index_json.read_descriptor(index_dir)
     index = faiss_index.load(index_dir / descriptor["index_file"])
     return {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}
 
@@ -95,7 +95,7 @@ def test_add_update_remove_embed_only_what_changed(index_dir, tmp_path, tiny_mod
 def test_an_interrupted_removal_is_published_by_the_rerun(index_dir, tiny_model_dirs):
     engine = store.connect(settings.database_url(index_dir))
     store.retire_entries(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG), ["P0007"])  # as if killed here
-    before = generations.read_descriptor(index_dir)["generation_id"]
+    before = index_json.read_descriptor(index_dir)["generation_id"]
     rerun = remove(["P0007"], index_dir, model=tiny_model_dirs[0], device="cpu")
     assert rerun.removed == 0 and rerun.not_found == ["P0007"] and rerun.generation_id > before
     assert rerun.vectors_total == 299 and check(index_dir).clean
@@ -149,7 +149,7 @@ def test_hnsw_removal_rebuilds_from_stored_vectors(tmp_path, tiny_model_dirs):
     after = _vectors(index_dir)
     assert result.vectors_total == len(after) == 295
     assert all(np.array_equal(before[i], v) for i, v in after.items())
-    assert faiss_index.describe(faiss_index.load(index_dir / generations.read_descriptor(index_dir)["index_file"]))["factory"].startswith("HNSW32")
+    assert faiss_index.describe(faiss_index.load(index_dir / index_json.read_descriptor(index_dir)["index_file"]))["factory"].startswith("HNSW32")
     assert check(index_dir).clean
 
 
@@ -160,7 +160,7 @@ def _problems(index_dir: Path) -> str:
 
 
 def test_check_reports_a_corrupt_index_file_and_repair_restores_it(index_dir, tiny_model_dirs):
-    descriptor = generations.read_descriptor(index_dir)
+    descriptor = index_json.read_descriptor(index_dir)
     path = index_dir / descriptor["index_file"]
     data = bytearray(path.read_bytes())
     data[-100] ^= 0xFF
@@ -171,7 +171,7 @@ def test_check_reports_a_corrupt_index_file_and_repair_restores_it(index_dir, ti
 
 
 def test_check_reports_missing_files_and_a_stale_manifest(index_dir, tiny_model_dirs):
-    descriptor = generations.read_descriptor(index_dir)
+    descriptor = index_json.read_descriptor(index_dir)
     (index_dir / descriptor["sparse_file"]).unlink()
     files.write_json_atomic(index_dir / "index.json", {**descriptor, "generation_id": 999})
     problems = _problems(index_dir)
@@ -250,7 +250,7 @@ def test_cli_add_remove_check_gc(index_dir, tmp_path, tiny_model_dirs):
     assert "removed 2 entries" in out.stdout and "GONE" in out.stderr
     out = runner.invoke(app, ["check", "-i", str(index_dir), "--json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["clean"] is True
-    (index_dir / generations.read_descriptor(index_dir)["sparse_file"]).unlink()
+    (index_dir / index_json.read_descriptor(index_dir)["sparse_file"]).unlink()
     out = runner.invoke(app, ["check", "-i", str(index_dir), "--json"])
     assert out.exit_code == 1 and "is missing" in json.loads(out.stdout)["problems"][0]
     out = runner.invoke(app, ["check", "-i", str(index_dir), "--repair", "--json", "--model", bi, "--device", "cpu"])
@@ -303,14 +303,14 @@ def test_a_catalog_served_from_another_directory_is_not_taken_over(tmp_path, tin
     shared = f"sqlite:///{tmp_path / 'shared.db'}"  # one database for two index directories, as PostgreSQL is
     first, second = tmp_path / "first", tmp_path / "second"
     build(_csv(tmp_path / "c.csv", LINES[1:41]), first, db=shared, id_column="poi_id", model=tiny_model_dirs[0], device="cpu")
-    before = generations.read_descriptor(first)
-    with pytest.raises(generations.ServedElsewhere, match="served from another index directory"):
+    before = index_json.read_descriptor(first)
+    with pytest.raises(ownership.ServedElsewhere, match="served from another index directory"):
         build(_csv(tmp_path / "d.csv", LINES[41:51]), second, db=shared, id_column="poi_id", model=tiny_model_dirs[0],
               device="cpu")
-    generations.ensure_descriptor(second, settings.DEFAULT_CATALOG, shared)  # a directory pointed at the catalog
+    index_json.ensure_descriptor(second, settings.DEFAULT_CATALOG, shared)  # a directory pointed at the catalog
     for write in (lambda: remove(["P0001"], second, db=shared, device="cpu"), lambda: gc(second, db=shared),
                   lambda: repair(second, db=shared, device="cpu")):  # it never served the catalog: nothing to repair
-        with pytest.raises(generations.ServedElsewhere):
+        with pytest.raises(ownership.ServedElsewhere):
             write()
     engine = store.connect(shared)
     generation = store.current_generation(engine, store.catalog_id(engine, settings.DEFAULT_CATALOG))

@@ -15,7 +15,7 @@ from killed_writer import killed_writer
 from typer.testing import CliRunner
 
 from mgeo_index import settings, store
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import generations, index_json
 from mgeo_index.index import vector_store
 from mgeo_index.catalog.build import build
 from mgeo_index.cli import app
@@ -118,7 +118,7 @@ def _answers(index_dir: Path, model_dirs, *, rerank: bool = True, retrieval: str
 
 
 def _collection_vectors(index_dir: Path) -> dict[int, np.ndarray]:
-    name = generations.read_descriptor(index_dir)["index_file"]
+    name = index_json.read_descriptor(index_dir)["index_file"]
     with _client(index_dir) as client:
         vector_store.loaded(client, name)
         ids = vector_store.collection_ids(client, name).tolist()
@@ -127,7 +127,7 @@ def _collection_vectors(index_dir: Path) -> dict[int, np.ndarray]:
 
 
 def test_build_resolves_exactly_as_the_faiss_path(milvus_dir, faiss_dir, tiny_model_dirs):
-    descriptor = generations.read_descriptor(milvus_dir)
+    descriptor = index_json.read_descriptor(milvus_dir)
     assert descriptor["vector_store"] == LITE and descriptor["index_file"] == f"mgeo_default_b{descriptor['build_id']}"
     assert not list(milvus_dir.glob("*.faiss")) and (milvus_dir / descriptor["sparse_file"]).is_file()
     with _client(milvus_dir) as client:
@@ -159,7 +159,7 @@ def test_add_remove_gc_as_the_faiss_path(milvus_dir, faiss_dir, tmp_path, tiny_m
     with _client(milvus_dir) as client:  # every write keeps two generations: two collections
         assert len(vector_store.ours(client, "default")) == generations.KEEP_GENERATIONS
     collected = gc(milvus_dir, keep=1)
-    current = generations.read_descriptor(milvus_dir)["index_file"]
+    current = index_json.read_descriptor(milvus_dir)["index_file"]
     assert len(collected.collections_removed) == 1 and current not in collected.collections_removed
     with _client(milvus_dir) as client:
         assert vector_store.ours(client, "default") == [current] and vector_store.alias_target(client, "default") == current
@@ -168,7 +168,7 @@ def test_add_remove_gc_as_the_faiss_path(milvus_dir, faiss_dir, tmp_path, tiny_m
 
 
 def test_check_reports_a_tampered_collection_and_repair_rebuilds_it(milvus_dir, tiny_model_dirs):
-    descriptor = generations.read_descriptor(milvus_dir)
+    descriptor = index_json.read_descriptor(milvus_dir)
     with _client(milvus_dir) as client:
         ids = vector_store.collection_ids(client, descriptor["index_file"])
         client.delete(descriptor["index_file"], ids=[int(ids[0]), int(ids[1])])
@@ -183,7 +183,7 @@ def test_check_reports_a_tampered_collection_and_repair_rebuilds_it(milvus_dir, 
 
 
 def test_check_reports_a_missing_collection_and_repair_rebuilds_it(milvus_dir, tiny_model_dirs):
-    descriptor = generations.read_descriptor(milvus_dir)
+    descriptor = index_json.read_descriptor(milvus_dir)
     with _client(milvus_dir) as client:
         client.drop_collection(descriptor["index_file"])  # Milvus Lite drops its alias with it
     problems = " | ".join(check(milvus_dir).problems)
@@ -194,9 +194,9 @@ def test_check_reports_a_missing_collection_and_repair_rebuilds_it(milvus_dir, t
 
 
 def test_check_reports_a_lagging_alias_and_repair_realigns_it(milvus_dir, tmp_path, tiny_model_dirs):
-    old = generations.read_descriptor(milvus_dir)["index_file"]
+    old = index_json.read_descriptor(milvus_dir)["index_file"]
     add(_csv(tmp_path / "d.csv", ["Q1,店,浙江省杭州市西湖区文三路1号,杭州市"]), milvus_dir, model=tiny_model_dirs[0], device="cpu")
-    descriptor = generations.read_descriptor(milvus_dir)
+    descriptor = index_json.read_descriptor(milvus_dir)
     with _client(milvus_dir) as client:  # as a writer killed between the store's switch and the alias
         vector_store.point_alias(client, "default", old)
     report = check(milvus_dir)
@@ -234,9 +234,9 @@ def test_a_catalog_moves_between_faiss_files_and_milvus(faiss_dir, tiny_model_di
     bi_dir = tiny_model_dirs[0]
     to_milvus = build(settings.SAMPLE_CATALOG, faiss_dir, model=bi_dir, device="cpu", vector_store=LITE)
     assert to_milvus.vectors_added == 300 and check(faiss_dir).clean  # another store: everything embedded once
-    assert generations.read_descriptor(faiss_dir)["vector_store"] == LITE
+    assert index_json.read_descriptor(faiss_dir)["vector_store"] == LITE
     back = build(settings.SAMPLE_CATALOG, faiss_dir, model=bi_dir, device="cpu", vector_store="faiss")
-    assert back.vectors_added == 300 and "vector_store" not in generations.read_descriptor(faiss_dir)
+    assert back.vectors_added == 300 and "vector_store" not in index_json.read_descriptor(faiss_dir)
     gc(faiss_dir, keep=1)
     report = check(faiss_dir)
     assert report.clean and report.notes == [], report.problems
@@ -267,7 +267,7 @@ def test_kill_9_at_each_write_point_then_the_rerun_completes(milvus_head, tmp_pa
     else:  # 40 new rows and 10 updated addresses
         change, expected = _csv(tmp_path / "delta.csv", [line.replace("号", "号之一", 1) for line in LINES[1:11]] + LINES[151:191]), 190
     before = _answers(index_dir, tiny_model_dirs, rerank=False)
-    generation = generations.read_descriptor(index_dir)["generation_id"]
+    generation = index_json.read_descriptor(index_dir)["generation_id"]
 
     assert killed_writer(command, change, index_dir, bi_dir, point) == -signal.SIGKILL
 
@@ -291,4 +291,4 @@ def test_kill_9_at_each_write_point_then_the_rerun_completes(milvus_head, tmp_pa
     gc(index_dir, keep=1)
     assert check(index_dir).notes == []
     with _client(index_dir) as client:
-        assert vector_store.ours(client, "default") == [generations.read_descriptor(index_dir)["index_file"]]
+        assert vector_store.ours(client, "default") == [index_json.read_descriptor(index_dir)["index_file"]]

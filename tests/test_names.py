@@ -264,7 +264,7 @@ def test_normalize_explains_each_answer_with_both_values_and_review_reads_its_ou
     assert "name" not in same
     assert other["name"]["state"] == "differ" and other["name"]["query"] == "链家地产"
     assert rows["s5"]["status"] == "rejected" and rows["s5"]["explain"] == ""
-    assert [(a, s) for a, s, _ in _job_rows(out, "csv", "addr")] == [
+    assert [(a, s) for a, _, s, _ in _job_rows(out, "csv", "addr")] == [
         ("福田区文明路564号", rows["s1"]["status"]), ("福田区文明路564号", rows["s4"]["status"]), ("", "rejected")]
 
 
@@ -291,7 +291,7 @@ def test_answers_carry_the_entrys_own_columns_and_a_job_adds_those_asked_for(nam
     assert (rows["s1"]["mgeo_match_category"], rows["s1"]["mgeo_match_name"]) == ("shop", "名仕之家")
     for store in ("s2", "s3"):  # tied to no entry: empty
         assert rows[store]["mgeo_status"] in ("unmatched", "rejected") and rows[store]["mgeo_match_category"] == ""
-    assert [s for _, s, _ in _job_rows(out, "csv", "addr")] == [rows[s]["mgeo_status"] for s in ("s1", "s2", "s3")]
+    assert [s for _, _, s, _ in _job_rows(out, "csv", "addr")] == [rows[s]["mgeo_status"] for s in ("s1", "s2", "s3")]
     every = _cli("normalize", stores, "--index-dir", named_index / "idx", "--out", tmp_path / "all.csv",
                  "--address-column", "addr", "--catalog-columns", "all", "--device", "cpu")
     assert every.exit_code == 0 and "mgeo_match_category" in (tmp_path / "all.csv").read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index import settings, store
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import generations, ownership, index_json
 from mgeo_index.index import faiss_index, vector_store as vector_stores
 from mgeo_index.catalog.build_tasks import encode_task, parse_task
 from mgeo_index.compute.runners import Runner, make_runner
@@ -175,7 +175,7 @@ def build(
     ``coordinate_columns``: the (longitude, latitude) columns, where they are not named so that they are found
     (:mod:`mgeo_index.catalog.coordinates`); checked as numbers in range, recorded with the catalog.
     A directory that holds files mgeo-index did not write is refused unless ``force``
-    (:func:`mgeo_index.catalog.generations.check_writable_here`); clean-up deletes only files its own builds wrote.
+    (:func:`mgeo_index.catalog.ownership.check_writable_here`); clean-up deletes only files its own builds wrote.
     """
     if numbers is not None:
         from mgeo_index.model.numbers import check_mode
@@ -193,7 +193,7 @@ def build(
         raise ValueError(f"cannot write into --index-dir {index_dir}: it is read-only here; {kind} into a writable "
                          "directory (a read-only copy of an index can be queried and checked, not written)")
     if kind == "build":
-        generations.check_writable_here(index_dir, force)
+        ownership.check_writable_here(index_dir, force)
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
         return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
@@ -215,9 +215,9 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
     if factory != faiss_index.AUTO:
         faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
     planned = vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
-    if planned is None and (index_dir / generations.DESCRIPTOR).is_file():
+    if planned is None and (index_dir / index_json.DESCRIPTOR).is_file():
         try:
-            planned = generations.read_descriptor(index_dir).get("vector_store")
+            planned = index_json.read_descriptor(index_dir).get("vector_store")
         except FileNotFoundError:
             pass
     vector_stores.validate(planned, index_dir, factory, bi.dim)
@@ -236,7 +236,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         if engine_ is not None:
             new_catalog = store.catalog_columns(engine_, catalog) is None
             current = store.current_generation(engine_, store.catalog_id(engine_, catalog))  # None: a new catalog
-            generations.ensure_served_here(index_dir, catalog, current)
+            ownership.ensure_served_here(index_dir, catalog, current)
             if kind == "build":
                 address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
             if name_column is None or kind != "build":
@@ -268,7 +268,7 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         )
     else:  # a delta: the catalog and its columns stay as the build set them
         catalog_id = store.catalog_id(engine_, catalog)
-    generations.ensure_descriptor(index_dir, catalog, db_url, vector_store)
+    index_json.ensure_descriptor(index_dir, catalog, db_url, vector_store)
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
     result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
                          id_column=reader.id_column, name_column=reader.name_column, engine=runner.name,

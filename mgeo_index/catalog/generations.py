@@ -1,6 +1,8 @@
 """Index generations: write a complete new set of index files beside the current one, then move the
 catalog's pointer in one database transaction; readers follow the pointer; ``gc`` drops old ones;
-``check`` verifies that store and index agree and ``repair`` rebuilds what the store can rebuild.
+``check`` (:mod:`mgeo_index.catalog.consistency`) verifies that store and index agree and ``repair`` rebuilds what
+the store can rebuild; ``index.json`` is :mod:`mgeo_index.catalog.index_json`'s, which files are a build's own
+:mod:`mgeo_index.catalog.ownership`'s.
 
 A generation is immutable: its FAISS file (``index-<build>.faiss``; or its Milvus collection, see
 :mod:`mgeo_index.index.vector_store`), its character n-gram file (``sparse-<build>.npz``), their SHA-256
@@ -18,8 +20,6 @@ entries without a vector are embedded, nothing else is re-embedded.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,168 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from mgeo_index import files, settings, store
+from mgeo_index import files, store
 from mgeo_index.index import faiss_index, sparse as sparse_index, vector_store
 from mgeo_index.catalog.crashpoints import crashpoint
-from mgeo_index.runtime.plan import plan
+from mgeo_index.catalog.index_json import DESCRIPTOR, descriptor_of, read_descriptor
+from mgeo_index.catalog.ownership import own_files
 
-DESCRIPTOR = "index.json"
 KEEP_GENERATIONS = 2  # after each write: the new generation and the one before it
 # Changes touching at most this share of the entries update the n-gram index (known n-grams keep their
 # idf); larger ones rebuild it, recomputing every weight.
 SPARSE_UPDATE_SHARE = 0.2
 Progress = Callable[[str, int, int | None], None]
-
-
-# --------------------------------------------------------------------------- index.json
-
-
-def read_descriptor(index_dir: str | Path) -> dict:
-    """``index.json``: which catalog (and database) this directory serves, plus the mirrored generation."""
-    path = Path(index_dir) / DESCRIPTOR
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{index_dir} holds no index (no {DESCRIPTOR}); create one with `mgeo-index build CATALOG --index-dir {index_dir}`."
-        )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise FileNotFoundError(f"{path} is not valid JSON ({exc}); `mgeo-index check --repair --index-dir {index_dir}` rewrites it.") from None
-
-
-def ensure_descriptor(index_dir: Path, catalog: str, db_url: str, vector_store_url: str | None = None) -> None:
-    """Write ``index.json`` naming the catalog (and a vector store other than FAISS files) before the first
-    generation exists."""
-    path = index_dir / DESCRIPTOR
-    if not path.exists():
-        vectors = vector_store.recorded(vector_store_url)
-        files.write_json_atomic(path, {"catalog": catalog, "database": redact(db_url),
-                                       **({"vector_store": vectors} if vectors else {})})
-
-
-class NotAnIndexDirectory(ValueError):
-    """A build asked to write into a directory that holds someone else's files."""
-
-
-# What mgeo-index writes into an index directory besides index.json: the SQLite store (and its WAL files), the
-# writer lock, the build's rejected rows, each generation's files and the temporary files of atomic writes.
-_OWN_FIXED = {".writer.lock", "rejects.tsv"}
-_OWN_FILE = re.compile(r"(?:index|sparse)-(\d+)\.(?:faiss|npz)")
-_OWN_TEMP = re.compile(r"\.(?:(?:index|sparse)-(\d+)\.(?:faiss|npz)|index\.json)\.[^/]+\.tmp")
-
-
-def check_writable_here(index_dir: Path, force: bool = False) -> None:
-    """Refuse to build into a directory mgeo-index did not make: one that holds files and no ``index.json`` of
-    ours (a JSON object naming a catalog), unless ``force``; and, even with ``force``, one whose files bear the names
-    a build writes (``index.json``, ``rejects.tsv``, ``index-1.faiss`` …): a file this catalog's builds did not write
-    is never replaced or deleted, whatever its name. A directory holding only what an interrupted first build left
-    (the store, the lock) is ours."""
-    if not index_dir.is_dir():
-        return
-    names = sorted(p.name for p in index_dir.iterdir())
-    descriptor = index_dir / DESCRIPTOR
-    if descriptor.is_file():
-        try:
-            ours = isinstance(mine := json.loads(descriptor.read_text(encoding="utf-8")), dict) and "catalog" in mine
-        except (ValueError, UnicodeDecodeError):
-            ours = False
-        if ours:
-            return
-    from mgeo_index.settings import DB_FILENAME
-
-    def shown(found: list[str]) -> str:
-        return ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
-
-    clashing = [n for n in names if n in _OWN_FIXED - {".writer.lock"} or n == DESCRIPTOR or _OWN_FILE.fullmatch(n)
-                or _OWN_TEMP.fullmatch(n)]
-    if clashing:
-        raise NotAnIndexDirectory(
-            f"--index-dir {index_dir} holds files mgeo-index did not write under the names a build writes "
-            f"({shown(clashing)}); a build never writes over them (--force neither): move those, or build into a new "
-            "or empty directory")
-    foreign = [n for n in names if n != ".writer.lock" and not n.startswith(DB_FILENAME)]
-    if foreign and not force:
-        raise NotAnIndexDirectory(
-            f"--index-dir {index_dir} holds files mgeo-index did not write ({shown(foreign)}); build into a new or "
-            "empty directory, or pass --force to write the index there anyway (index.json, mgeo.db, rejects.tsv and "
-            "the index files are then written beside them; nothing else is touched)")
-
-
-def own_files(index_dir: Path, build_ids: set[int]) -> list[Path]:
-    """The files in ``index_dir`` that builds ``build_ids`` wrote (their generations' files and unfinished
-    temporary files) or that an atomic ``index.json`` write left: what clean-up may delete, and nothing else."""
-    out = []
-    for path in sorted(index_dir.iterdir()):
-        m = _OWN_FILE.fullmatch(path.name) or _OWN_TEMP.fullmatch(path.name)
-        if m and path.is_file() and (m.group(1) is None or int(m.group(1)) in build_ids):
-            out.append(path)
-    return out
-
-
-class ServedElsewhere(ValueError):
-    """The catalog's current generation lives in another index directory (a shared database)."""
-
-
-def ensure_served_here(index_dir: Path, catalog: str, generation: dict | None) -> None:
-    """Refuse to write catalog ``catalog`` from ``index_dir`` when its current ``generation`` (the database's
-    pointer) has no files in it: the catalog is served from another index directory sharing this database,
-    and a write from here would move its readers' pointer to files they cannot see. (A generation whose
-    vectors are in a vector store keeps its n-gram file in the directory that wrote it.)"""
-    if generation is None:
-        return
-    local = generation["sparse_file"] if generation.get("vector_store") else generation["index_file"]
-    if local and (Path(index_dir) / local).exists():
-        return
-    raise ServedElsewhere(
-        f"catalog {catalog!r} in this database is served from another index directory: its current generation "
-        f"({local}) is not in {index_dir}. Write it from that directory, or give this one a "
-        f"catalog of its own (--catalog NAME); if this is that directory and its files were lost, run "
-        f"`mgeo-index check --repair --index-dir {index_dir}`"
-    )
-
-
-def redact(url: str) -> str:
-    """Database URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def descriptor_of(generation: dict, catalog: str, db_url: str) -> dict:
-    """What readers need of a generation (and what ``index.json`` mirrors)."""
-    return {
-        "catalog": catalog,
-        "generation_id": generation["id"],
-        "build_id": generation["build_id"],
-        "index_file": generation["index_file"],
-        "sparse_file": generation["sparse_file"],
-        "index_factory": generation["index_factory"],
-        "dim": generation["dim"],
-        "ntotal": generation["ntotal"],
-        "model_fingerprint": generation["model_fingerprint"],
-        "model_path": generation["model_path"],
-        "database": redact(db_url),
-        **({"vector_store": generation["vector_store"]} if generation.get("vector_store") else {}),
-        **({"plan": generation["plan"]} if generation.get("plan") else {}),
-    }
-
-
-def current_descriptor(index_dir: str | Path, engine, db_url: str) -> dict:
-    """The generation readers must use now, from the database pointer.
-
-    An index directory written before generations existed (no pointer yet) is read from ``index.json``.
-    """
-    descriptor = read_descriptor(index_dir)
-    catalog_id = store.catalog_id(engine, descriptor["catalog"])
-    generation = store.current_generation(engine, catalog_id) if catalog_id is not None else None
-    if generation is not None:
-        return descriptor_of(generation, descriptor["catalog"], db_url)
-    if descriptor.get("index_file"):
-        return descriptor
-    raise FileNotFoundError(
-        f"{index_dir} has no complete index generation yet (an earlier build was interrupted); "
-        f"re-run the build to finish it."
-    )
 
 
 # --------------------------------------------------------------------------- checksums
@@ -388,12 +237,12 @@ class Collected:
     collections_removed: list[str] = field(default_factory=list)  # Milvus collections of no kept generation
 
 
-def _catalog_name(engine, catalog_id: int) -> str:
+def catalog_name(engine, catalog_id: int) -> str:
     with store.Session(engine) as session:
         return session.get(store.Catalog, catalog_id).name
 
 
-def _generation_ids(index_dir: Path, generation: dict) -> np.ndarray:
+def generation_ids(index_dir: Path, generation: dict) -> np.ndarray:
     """Entry ids a generation can return (read from its n-gram file, else its FAISS file or collection)."""
     sparse_path = index_dir / (generation.get("sparse_file") or "")
     if generation.get("sparse_file") and sparse_path.is_file():
@@ -435,7 +284,7 @@ def collect(engine, index_dir: Path, catalog_id: int, keep: int = KEEP_GENERATIO
             path.unlink()
             removed_files.append(path.name)
     collections = _collect_collections(engine, index_dir, catalog_id, generations, current, kept)
-    keep_ids = np.concatenate([_generation_ids(index_dir, g) for g in kept]) if kept else np.empty(0, np.int64)
+    keep_ids = np.concatenate([generation_ids(index_dir, g) for g in kept]) if kept else np.empty(0, np.int64)
     purged = store.purge_retired(engine, catalog_id, keep_ids)
     return Collected([g["id"] for g in kept], [g["id"] for g in dropped], removed_files, purged, collections)
 
@@ -454,7 +303,7 @@ def _collect_collections(engine, index_dir: Path, catalog_id: int, generations: 
     locations.discard(None)
     if not locations:
         return []
-    catalog = _catalog_name(engine, catalog_id)
+    catalog = catalog_name(engine, catalog_id)
     current_location = vector_store.location_of(current, index_dir)
     referenced = {g["index_file"] for g in kept if g.get("vector_store")}
     removed = []
@@ -468,189 +317,3 @@ def _collect_collections(engine, index_dir: Path, catalog_id: int, generations: 
                 client.drop_alias(vector_store.alias_name(catalog))  # a server refuses to drop an aliased collection
             removed += vector_store.drop_collections(client, stale)
     return removed
-
-
-# --------------------------------------------------------------------------- check
-
-
-@dataclass
-class Report:
-    catalog: str | None = None
-    generation_id: int | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # harmless: files gc removes, entries it purges
-    rebuild: bool = False  # the current generation's files cannot be reused: a repair embeds everything again
-    realign: bool = False  # the Milvus alias names another collection than the current generation's
-
-    @property
-    def clean(self) -> bool:
-        return not self.problems
-
-
-def _sample(ids, n: int = 5) -> str:
-    ids = [int(i) for i in list(ids)[:n]]
-    return ", ".join(map(str, ids)) + (", …" if len(ids) == n else "")
-
-
-def check(index_dir: str | Path, engine, db_url: str) -> Report:
-    """Verify that the current generation is intact and agrees with the store; list exactly what is wrong."""
-    from mgeo_index.model.manifest import fingerprint
-
-    index_dir = Path(index_dir)
-    report = Report()
-    try:
-        descriptor = read_descriptor(index_dir)
-    except FileNotFoundError as exc:
-        report.problems.append(str(exc))
-        return report
-    report.catalog = descriptor.get("catalog")
-    catalog_id = store.catalog_id(engine, report.catalog or "")
-    if catalog_id is None:
-        report.problems.append(f"catalog {report.catalog!r} named by {DESCRIPTOR} is not in the store {redact(db_url)}")
-        return report
-    generation = store.current_generation(engine, catalog_id)
-    live = store.entry_ids(engine, catalog_id)
-    report.facts["live entries in store"] = int(live.size)
-    if generation is None:
-        report.problems.append("the catalog has no current index generation (never built, or every build was interrupted)")
-        return report
-    report.generation_id = generation["id"]
-    location = vector_store.location_of(generation, index_dir)
-    report.facts.update({"generation": generation["id"]} | (
-        {"index file": generation["index_file"]} if location is None else
-        {"vector store": location.url, "collection": generation["index_file"]}
-    ) | {"model": generation["model_fingerprint"], "factory": generation["index_factory"],
-         "plan (vectors)": generation.get("plan") or "not recorded (built before plans were)",
-         "plan (queries here)": str(plan(None, None))}
-      | settings.answer_settings(store.catalog_numbers(engine, report.catalog), store.catalog_profile(engine, report.catalog)))
-    mirrored = {k: descriptor.get(k) for k in ("generation_id", "index_file", "sparse_file")}
-    if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
-        report.problems.append(f"{DESCRIPTOR} does not mirror the current generation {generation['id']} (it says {mirrored})")
-
-    files_ok = True
-    for name in (generation["index_file"], generation["sparse_file"]) if location is None else (generation["sparse_file"],):
-        path = index_dir / name
-        if not path.is_file():
-            report.problems.append(f"file {name} of generation {generation['id']} is missing")
-            files_ok = False
-        elif sha256_file(path) != generation["checksums"].get(name):
-            report.problems.append(f"file {name} does not match its recorded SHA-256 (corrupted or replaced)")
-            files_ok = False
-    held = None  # (ids, dim) of the current generation's vectors, when they can be read
-    if location is None:
-        if files_ok:
-            index = faiss_index.load(index_dir / generation["index_file"])
-            held, what, what_ids = (faiss_index.index_ids(index), index.d), "FAISS index", "FAISS ids"
-    else:
-        held, what = _check_collection(location, generation, report, engine, catalog_id), f"collection {generation['index_file']}"
-        what_ids = f"{what} ids"
-        files_ok = files_ok and held is not None
-    report.rebuild = not files_ok
-    if files_ok:
-        faiss_ids, dim = held
-        sparse_ids = _generation_ids(index_dir, generation)
-        report.facts["vectors in index"] = int(faiss_ids.size)
-        if int(faiss_ids.size) != generation["ntotal"] or dim != generation["dim"]:
-            report.problems.append(f"{what} holds {faiss_ids.size} vectors of dim {dim}; "
-                                   f"recorded {generation['ntotal']} of dim {generation['dim']}")
-            report.rebuild = True
-        if ids_sha256(faiss_ids) != generation["ids_sha256"]:
-            report.problems.append(f"{what_ids} do not match the recorded ids checksum")
-            report.rebuild = True
-        if np.unique(faiss_ids).size != faiss_ids.size:
-            report.problems.append(f"{what} holds duplicate ids")
-            report.rebuild = True
-        if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
-            report.problems.append(f"n-gram index and {what} hold different ids "
-                                   f"({sparse_ids.size} vs {faiss_ids.size})")
-            report.rebuild = True
-        unindexed = np.setdiff1d(live, faiss_ids)
-        stale = np.setdiff1d(faiss_ids, live)
-        if unindexed.size:
-            report.problems.append(f"{unindexed.size} live entries of the store have no vector in the index "
-                                   f"(entry ids {_sample(unindexed)}; an interrupted write: re-run it, or --repair)")
-        if stale.size:
-            gone = np.setdiff1d(stale, np.fromiter(store.get_entries(engine, stale.tolist()), dtype=np.int64))
-            retired = np.setdiff1d(stale, gone)
-            if retired.size:
-                report.problems.append(f"{retired.size} entries removed or replaced in the store are still indexed "
-                                       f"(entry ids {_sample(retired)}; re-run the update, or --repair)")
-            if gone.size:
-                report.problems.append(f"{gone.size} indexed ids do not exist in the store at all "
-                                       f"(entry ids {_sample(gone)}); --repair rebuilds the index from the store")
-                report.rebuild = True
-    model_path = generation.get("model_path")
-    if model_path and Path(model_path).is_dir():
-        now = fingerprint(Path(model_path))
-        if now != generation["model_fingerprint"]:
-            report.problems.append(f"the model at {model_path} is now {now}, but the index was built with "
-                                   f"{generation['model_fingerprint']}; --repair re-embeds with it")
-    elif model_path:
-        report.notes.append(f"the model that built the index ({model_path}) is not on this machine; queries need --model")
-    referenced = {g[k] for g in store.list_generations(engine, catalog_id) for k in ("index_file", "sparse_file") if g.get(k)}
-    strays = [p.name for p in own_files(index_dir, {b["id"] for b in store.list_builds(engine, catalog_id)})
-              if p.name not in referenced]
-    if strays:
-        report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
-                            + ", ".join(strays[:5]))
-    clash = faiss_index.faiss_clash(faiss_index.faiss_builds())
-    if clash:
-        report.notes.append(clash)
-    return report
-
-
-def _check_collection(location: vector_store.Location, generation: dict, report: Report, engine,
-                      catalog_id: int) -> tuple[np.ndarray, int] | None:
-    """(ids, dim) of the current generation's collection, or None (a problem said why); reports an alias
-    naming another collection (``report.realign``) and notes collections of no generation."""
-    name, catalog = generation["index_file"], report.catalog or ""
-    try:
-        client = vector_store.connect(location)
-    except (vector_store.Unavailable, ImportError) as exc:
-        report.problems.append(str(exc))
-        return None
-    try:
-        held = None
-        if not client.has_collection(name):
-            report.problems.append(f"collection {name} of generation {generation['id']} is missing from {location.url}")
-        else:
-            held = vector_store.collection_ids(client, name), vector_store.collection_dim(client, name)
-        target = vector_store.alias_target(client, catalog)
-        if target != name:
-            report.problems.append(f"alias {vector_store.alias_name(catalog)} names {target or 'no collection'}, not the "
-                                   f"current generation's collection {name} (a write killed after its switch; "
-                                   f"`check --repair` or `gc` realigns it)")
-            report.realign = True
-        recorded = {g["index_file"] for g in store.list_generations(engine, catalog_id) if g.get("vector_store")}
-        strays = [c for c in vector_store.ours(client, catalog) if c not in recorded]
-        if strays:
-            report.notes.append(f"{len(strays)} collections of no generation in {location.url} (interrupted writes; "
-                                f"`mgeo-index gc` drops them): " + ", ".join(strays[:5]))
-        return held
-    finally:
-        vector_store.release(location)
-
-
-def realign(engine, index_dir: Path, catalog_id: int) -> None:
-    """Point the catalog's Milvus alias at its current generation's collection (the store's pointer decides)."""
-    current = store.current_generation(engine, catalog_id)
-    location = vector_store.location_of(current, index_dir)
-    if location is not None:
-        with vector_store.session(location) as client:
-            vector_store.point_alias(client, _catalog_name(engine, catalog_id), current["index_file"])
-
-
-def catalog_state(index_dir, catalog: str | None = None) -> tuple[dict, dict, dict[int, np.ndarray]]:
-    """(entries by id, parsed elements by id, vectors by id) of a built catalog: what two engines' builds of the
-    same file must agree on (``research/bench_build_ray.py``, the Ray build tests)."""
-    index_dir = Path(index_dir)
-    engine = store.connect(settings.database_url(index_dir))
-    try:
-        ids = store.entry_ids(engine, store.catalog_id(engine, catalog or settings.DEFAULT_CATALOG)).tolist()
-        entries = store.get_entries(engine, ids)
-        elements = {i: (e["elements"], e["admin"], e["parser"]) for i, e in store.get_elements(engine, ids).items()}
-    finally:
-        engine.dispose()
-    index = faiss_index.load(index_dir / read_descriptor(index_dir)["index_file"])
-    return entries, elements, {int(i): index.reconstruct(int(i)) for i in faiss_index.index_ids(index)}

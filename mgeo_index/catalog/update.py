@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import settings, store
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import generations, ownership, index_json, consistency
 from mgeo_index.runtime import backends
 from mgeo_index.catalog.build import BuildResult, Progress, build
 from mgeo_index.catalog.locking import writer_lock
@@ -22,18 +22,18 @@ from mgeo_index.model.loading import index_model_path, stored_bi
 def _open(index_dir: Path, db: str | None, *, repairing: bool = False):
     """(engine, db_url, catalog name, catalog id, current generation) of an existing index directory;
     refuses a catalog served from another index directory, unless ``repairing`` this one's lost files."""
-    descriptor = generations.read_descriptor(index_dir)
+    descriptor = index_json.read_descriptor(index_dir)
     db_url = settings.database_url(index_dir, db)
     engine = store.connect(db_url)
     try:
         catalog_id = store.catalog_id(engine, descriptor["catalog"])
         if catalog_id is None:
             raise FileNotFoundError(f"catalog {descriptor['catalog']!r} of {index_dir} is not in the store "
-                                    f"{generations.redact(db_url)}; is --db the database it was built with?")
+                                    f"{index_json.redact(db_url)}; is --db the database it was built with?")
         generation = store.current_generation(engine, catalog_id)
         # a repair rebuilds this directory's lost files; it never takes over a catalog the directory did not serve
         if not repairing or descriptor.get("generation_id") not in {g["id"] for g in store.list_generations(engine, catalog_id)}:
-            generations.ensure_served_here(index_dir, descriptor["catalog"], generation)
+            ownership.ensure_served_here(index_dir, descriptor["catalog"], generation)
     except BaseException:
         engine.dispose()
         raise
@@ -53,7 +53,7 @@ def _factory_for(index_dir: Path, generation: dict | None) -> str:
     generations recorded in ``index.json``, else the default."""
     if generation:
         return generation["index_factory"]
-    return generations.read_descriptor(index_dir).get("index_factory", settings.DEFAULT_INDEX_FACTORY)
+    return index_json.read_descriptor(index_dir).get("index_factory", settings.DEFAULT_INDEX_FACTORY)
 
 
 def _republish(engine, index_dir: Path, db_url: str, catalog: str, catalog_id: int, generation: dict | None, *,
@@ -148,18 +148,18 @@ def gc(index_dir: str | Path, *, db: str | None = None, keep: int = generations.
             engine.dispose()
 
 
-def check(index_dir: str | Path, *, db: str | None = None) -> generations.Report:
+def check(index_dir: str | Path, *, db: str | None = None) -> consistency.Report:
     """Read-only consistency check of the current generation against the store (takes no lock)."""
     index_dir = Path(index_dir)
     db_url = settings.database_url(index_dir, db)
     engine = store.connect(db_url)
     try:
-        return generations.check(index_dir, engine, db_url)
+        return consistency.check(index_dir, engine, db_url)
     finally:
         engine.dispose()
 
 
-def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None) -> generations.Report:
+def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None) -> consistency.Report:
     """Rebuild from the store what ``check`` finds wrong, as a new generation; returns the check after it.
 
     Vectors of the current generation are reused when its FAISS file (or Milvus collection) is intact and its
@@ -169,14 +169,14 @@ def repair(index_dir: str | Path, *, db: str | None = None, model=None, device: 
     with writer_lock(index_dir, "check --repair"):
         engine, db_url, catalog, catalog_id, generation = _open(index_dir, db, repairing=True)
         try:
-            report = generations.check(index_dir, engine, db_url)
+            report = consistency.check(index_dir, engine, db_url)
             if report.clean:
                 return report
             if report.realign and len(report.problems) == 1:  # only the Milvus alias lags: point it, nothing to rebuild
-                generations.realign(engine, index_dir, catalog_id)
-                return generations.check(index_dir, engine, db_url)
+                consistency.realign(engine, index_dir, catalog_id)
+                return consistency.check(index_dir, engine, db_url)
             _republish(engine, index_dir, db_url, catalog, catalog_id, generation, model=model, device=device,
                        kind="repair", from_scratch=report.rebuild)
-            return generations.check(index_dir, engine, db_url)
+            return consistency.check(index_dir, engine, db_url)
         finally:
             engine.dispose()

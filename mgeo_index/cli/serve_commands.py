@@ -61,7 +61,7 @@ def serve(
     if log_level not in LOG_LEVELS:
         raise typer.BadParameter("--log-level must be critical, error, warning, info or debug")
     with friendly_errors():
-        from mgeo_index.catalog.generations import read_descriptor
+        from mgeo_index.catalog.index_json import read_descriptor
 
         read_descriptor(index_dir)  # no index: say how to build one before starting anything
         check_port_free(host, port)

@@ -100,7 +100,7 @@ def index_identity(index_dir: str | Path, model=None, cross_model=None, profile:
     """What a job's rows depend on besides the input: the index build and both models'
     fingerprints (read from the model files, no weights loaded). The same model defaulting and the same
     refusal as :func:`mgeo_index.query.resolver.open_resolver` (:mod:`mgeo_index.model.loading`)."""
-    from mgeo_index.catalog.generations import read_descriptor
+    from mgeo_index.catalog.index_json import read_descriptor
     from mgeo_index.model.loading import check_index_model, index_cross_model, index_model_path
     from mgeo_index.model.manifest import fingerprint, read_bi_manifest, read_manifest
 
@@ -319,7 +319,7 @@ def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: 
     """The job's number policy and profile: as given, else the ones the index's catalog was built with, else the
     defaults (:func:`mgeo_index.query.resolver.index_numbers`, :func:`mgeo_index.settings.profile`); and the
     catalog's other columns (what ``--catalog-columns`` may name) and its coordinate columns as ``build`` named them."""
-    from mgeo_index.catalog.generations import read_descriptor
+    from mgeo_index.catalog.index_json import read_descriptor
     from mgeo_index.query.resolver import index_numbers
 
     eng = store.connect(db_url)

@@ -15,7 +15,7 @@ import numpy as np
 
 from mgeo_index import settings, store
 from mgeo_index.query import features
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import index_json
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference
 from mgeo_index.model import numbers as number_policy
@@ -367,7 +367,7 @@ def open_resolver(
     and its bi-encoder are the same for both)."""
     db_url = settings.database_url(index_dir, db)
     eng = store.connect(db_url)
-    descriptor = generations.current_descriptor(index_dir, eng, db_url)
+    descriptor = index_json.current_descriptor(index_dir, eng, db_url)
     numbers = index_numbers(eng, descriptor, numbers)
     profile, profile_note = settings.profile(profile, store.catalog_profile(eng, descriptor["catalog"]))
     device = settings.device(device)
@@ -389,7 +389,7 @@ def reopen(resolver: Resolver, index_dir: str | Path, *, db: str | None = None) 
     """The index directory's current generation with ``resolver``'s models and store connection (after an
     ``add`` or ``remove``: nothing is loaded again but the index files)."""
     db_url = settings.database_url(index_dir, db)
-    descriptor = generations.current_descriptor(index_dir, resolver.engine, db_url)
+    descriptor = index_json.current_descriptor(index_dir, resolver.engine, db_url)
     check_index_model(resolver.bi.fingerprint, resolver.bi.path, descriptor, index_dir)
     reopened = _on_generation(index_dir, resolver.engine, descriptor, resolver.bi, resolver.cross, resolver.device)
     reopened.numbers, reopened.profile, reopened.profile_note = resolver.numbers, resolver.profile, resolver.profile_note

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgeo_index import settings
-from mgeo_index.catalog import generations
+from mgeo_index.catalog import index_json
 from mgeo_index.model import numbers as number_policy
 from mgeo_index.query.resolver import Resolver, open_resolver
 from mgeo_index.service.batcher import Submission
@@ -35,7 +35,7 @@ def index_version(index_dir: str | Path, loaded: "Loaded", db: str | None = None
     The one place that knows how an index change shows: adapt it when the directory layout changes.
     """
     db_url = settings.database_url(index_dir, db)
-    return descriptor_version(generations.current_descriptor(index_dir, loaded.resolver.engine, db_url))
+    return descriptor_version(index_json.current_descriptor(index_dir, loaded.resolver.engine, db_url))
 
 
 def descriptor_version(descriptor: dict) -> str:
