@@ -11,6 +11,7 @@ import torch
 from mgeo_index import settings
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.model import numpy_backend
 from mgeo_index.runtime import backends, inference, quant
 
@@ -39,7 +40,7 @@ def test_bf16_rounding_is_torchs():
 def test_networks_compute_what_the_torch_backend_computes(backend, tolerance):
     """FP32 agrees to rounding; int8 too, except where a last-bit difference before a layer rounds an activation
     to the neighbouring int8 level (one element of 4 x 256 moved by 5e-4 here)."""
-    kind = numpy_backend.numerics(backend)
+    kind = numpy_backend.kind_of(torch_plan(backend))
     bi = backends.apply(load_bi_encoder(BI), backend)
     ours = numpy_backend.BiEncoder(BI, kind)
     assert np.abs(inference.encode(ours, QUERIES) - inference.encode(bi, QUERIES)).max() < tolerance

@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-
 def faiss_builds(paths: list[str] | None = None) -> list[str]:
     """The FAISS distributions installed on ``paths`` (``sys.path``), e.g. ``["faiss-cpu"]``: faiss-cpu and every
     faiss-gpu build install the same ``faiss`` module, so more than one means a broken mix (FAISS's maintainers:

@@ -58,10 +58,7 @@ def load_bi(model: str | Path | None = None, *, device: str | None = None, backe
     """The bi-encoder in ``model`` (default: ``settings.bi_model_path``) on ``device``, with ``backend``
     applied (``--backend`` > ``MGEO_INDEX_BACKEND`` > the device's default)."""
     path = settings.bi_model_path(model)
-    if (numpy := _numpy_backend(backend, device, path)) is not None:
-        module, chosen = numpy
-        bi = module.BiEncoder(path, module.kind_of(chosen))
-        bi.plan = chosen
+    if (bi := _numpy_model("BiEncoder", backend, device, path)) is not None:
         return bi
     from mgeo_index.runtime import backends
 
@@ -75,11 +72,8 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
     """The cross-encoder in ``cross_model`` (default: ``settings.cross_model_path``: the bundled one of
     ``profile``), as :func:`load_bi`."""
     path = settings.cross_model_path(cross_model, profile)
-    if (numpy := _numpy_backend(backend, device, path)) is not None:
-        module, chosen = numpy
-        cross = module.CrossEncoder(path, module.kind_of(chosen))
-        cross.plan = chosen
-    else:
+    cross = _numpy_model("CrossEncoder", backend, device, path)
+    if cross is None:
         from mgeo_index.runtime import backends
 
         device = settings.device(device)
@@ -89,9 +83,10 @@ def load_cross(cross_model: str | Path | None = None, *, device: str | None = No
     return cross
 
 
-def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
-    """(:mod:`mgeo_index.model.numpy_backend`, the plan) where the plan for ``backend`` and ``device`` runs the NumPy
-    executor and that executor computes the model in ``path``; otherwise None (the model loads as a torch module)."""
+def _numpy_model(kind: str, backend: str | None, device: str | None, path: str | Path):
+    """The ``kind`` (``BiEncoder`` or ``CrossEncoder``) of :mod:`mgeo_index.model.numpy_backend` in ``path``, loaded
+    for its plan, where the plan for ``backend`` and ``device`` runs the NumPy executor and that executor computes
+    the model; otherwise None (the model loads as a torch module)."""
     from mgeo_index.runtime.plan import plan
 
     chosen = plan(backend, device)
@@ -99,7 +94,11 @@ def _numpy_backend(backend: str | None, device: str | None, path: str | Path):
         return None
     from mgeo_index.model import numpy_backend
 
-    return (numpy_backend, chosen) if numpy_backend.computes(path) else None
+    if not numpy_backend.computes(path):
+        return None
+    model = getattr(numpy_backend, kind)(path, numpy_backend.kind_of(chosen))
+    model.plan = chosen
+    return model
 
 
 def active_cross_version(index_dir: str | Path, engine) -> tuple[dict | None, Path | None]:

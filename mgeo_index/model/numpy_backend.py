@@ -35,15 +35,6 @@ from mgeo_index.runtime.plan import LEVELS, MIN_FEATURES  # int8 by rows, as run
 NUMERICS = {"int8-rows": "int8", "bf16-tiles": "bf16"}  # a plan's numerics → how Linear layers compute here; else fp32
 
 
-def numerics(backend: str | None = None) -> str:
-    """How Linear layers compute: as the CPU's default backend would (or ``backend``, where it names a torch one):
-    the numerics of :func:`mgeo_index.runtime.plan.torch_plan`, whatever asked for ``numpy`` (a flag or
-    ``MGEO_INDEX_BACKEND``)."""
-    from mgeo_index.runtime.plan import torch_plan
-
-    return kind_of(torch_plan(backend))
-
-
 def kind_of(plan) -> str:
     """How :class:`Linear` layers compute under ``plan`` (:class:`mgeo_index.runtime.plan.Plan`): int8, bf16 or fp32."""
     return NUMERICS.get(plan.numerics, "fp32")

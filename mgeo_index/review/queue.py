@@ -109,8 +109,7 @@ def job_queries(engine, job_id: int, below: float = DEFAULT_BELOW) -> list[Row]:
     for row, (address, name, status, probability) in enumerate(rows, 1):
         below_threshold = probability not in (None, "") and float(probability) < below
         if status in REVIEW_STATUSES or (status == "matched" and below_threshold):
-            name = printable(str(name)).strip() if name not in (None, "") else ""
-            out.append((row, printable(address or ""), name or None))
+            out.append((row, printable(address or ""), printable(str(name or "")).strip() or None))
     return out
 
 

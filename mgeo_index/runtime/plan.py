@@ -29,7 +29,7 @@ The choice:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from mgeo_index import settings
 
@@ -59,9 +59,6 @@ class Plan:
     def __str__(self) -> str:
         name = f"{self.executor}/{self.numerics}/{self.attention}" + ("/compiled" if self.compiled else "")
         return name if self.device == "cpu" else f"{name}@{self.device}"
-
-    def as_dict(self) -> dict:
-        return {"name": str(self), **asdict(self)}
 
 
 def choose(requested: str | None, device: str, flags: frozenset[str], *, queries: int | None = None,
