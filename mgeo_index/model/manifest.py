@@ -118,12 +118,17 @@ DEFAULT_MAX_LENGTH = 128
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
-def tokenizer_limit(path: str | Path) -> int:
-    """The token limit a model directory's tokenizer states (``model_max_length`` in ``tokenizer_config.json``),
-    read without loading the tokenizer; 10**12 (no limit) where it states none, as the tokenizers do."""
-    file = Path(path) / TOKENIZER_CONFIG
-    stated = json.loads(file.read_text(encoding="utf-8")).get("model_max_length") if file.is_file() else None
+def stated_limit(settings: dict) -> int:
+    """The token limit tokenizer settings state (``model_max_length``); 10**12 (no limit) where they state none."""
+    stated = settings.get("model_max_length")
     return int(min(stated if isinstance(stated, (int, float)) else 10**12, 10**12))
+
+
+def tokenizer_limit(path: str | Path) -> int:
+    """The token limit a model directory's tokenizer states (``tokenizer_config.json``, :func:`stated_limit`), read
+    without loading the tokenizer."""
+    file = Path(path) / TOKENIZER_CONFIG
+    return stated_limit(json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {})
 
 
 def read_bi_manifest(path: str | Path) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 
-from mgeo_index.model.manifest import TOKENIZER_CONFIG
+from mgeo_index.model.manifest import TOKENIZER_CONFIG, stated_limit
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TOKENIZER_FILE = "tokenizer.json"
@@ -75,7 +75,7 @@ class FastTokenizer:
         if self.pad_token_id is None:
             raise ValueError(f"the tokenizer has no padding token {self.pad_token!r}")
         # a model's own limit; the encoders cut at their manifest's max_length below it
-        self.model_max_length = int(min(self.settings.get("model_max_length", 10**12), 10**12))
+        self.model_max_length = stated_limit(self.settings)
         self._lock = threading.Lock()  # truncation and padding are settings of the shared backend
 
     def __len__(self) -> int:
