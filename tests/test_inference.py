@@ -58,3 +58,38 @@ def test_unknown_precision_is_refused(tiny_model_dirs):
     bi = load_bi_encoder(tiny_model_dirs[0])
     with pytest.raises(ValueError, match="precision must be one of"):
         inference.encode(bi, TEXTS, precision="int3")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_linear_layer_gives_a_row_the_same_bits_however_many_rows_it_is_given(threads):
+    import torch
+
+    from mgeo_index.runtime import rows
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        layer = rows.Linear(256, 768)
+        x = torch.randn(64, 256)
+        with torch.inference_mode():
+            full = layer(x)
+            for m in range(1, 20):
+                assert torch.equal(layer(x[:m]), full[:m]), m
+            assert torch.equal(layer(x[:6].reshape(2, 3, 256)), full[:6].reshape(2, 3, 768))  # any leading shape
+            assert layer(x[:0]).shape == (0, 768)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_the_shipped_network_scores_a_pair_alone_with_the_bits_it_has_in_a_batch():
+    from mgeo_index import settings
+
+    cross = load_cross_encoder(settings.DEFAULT_CROSS_MODEL)
+    first = ["北京朝阳建国路88号", "深圳南山中山路75号", "上海徐汇漕溪北路1号", "杭州西湖文三路478号", "广州天河体育西路1号"]
+    second = ["北京市朝阳区建国路88号", "深圳市南山区中山路75号东方科技园", "上海市徐汇区漕溪北路1号", "杭州市西湖区文三路",
+              "广州市天河区体育西路1号2栋"]
+    together = inference.network_logits(cross, first * 4, second * 4)
+    for i in range(len(first)):
+        assert np.array_equal(inference.network_logits(cross, first[i:i + 1], second[i:i + 1])[0], together[i])
+        assert np.array_equal(inference.network_logits(cross, first[: i + 1], second[: i + 1]), together[: i + 1])

@@ -23,7 +23,7 @@ from torch import nn
 
 from mgeo_index.model.bert_files import SCALE_SUFFIX, WEIGHTS, Config, read_config, supports  # noqa: F401  (re-exported)
 from mgeo_index.model import bert_files
-from mgeo_index.runtime import attention
+from mgeo_index.runtime import attention, rows
 
 _ACTIVATIONS = {"gelu": F.gelu}  # bert_files.ACTIVATIONS, as torch functions
 DTYPES = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -58,9 +58,9 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.heads = config.num_attention_heads
         self.head_width = config.hidden_size // config.num_attention_heads
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.query = rows.Linear(config.hidden_size, config.hidden_size)
+        self.key = rows.Linear(config.hidden_size, config.hidden_size)
+        self.value = rows.Linear(config.hidden_size, config.hidden_size)
         self.fused = False  # use_fused: PyTorch's scaled_dot_product_attention
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -80,7 +80,7 @@ class DenseNorm(nn.Module):
 
     def __init__(self, width_in: int, config: Config):
         super().__init__()
-        self.dense = nn.Linear(width_in, config.hidden_size)
+        self.dense = rows.Linear(width_in, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -100,7 +100,7 @@ class AttentionBlock(nn.Module):
 class Intermediate(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense = rows.Linear(config.hidden_size, config.intermediate_size)
         self.activation = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -133,7 +133,7 @@ class Encoder(nn.Module):
 class Pooler(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = rows.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden[:, 0]))
@@ -195,7 +195,7 @@ class BertClassifier(Transformer):
         super().__init__()
         self.config = config
         self.bert = _BertWithPooler(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = rows.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> Output:
         hidden = self.bert.embeddings(input_ids, token_type_ids)

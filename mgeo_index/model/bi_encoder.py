@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
+from mgeo_index.runtime import rows
 from mgeo_index.model.manifest import check_savable, fingerprint, read_bi_manifest, save_hf_model, write_manifest
 from mgeo_index.model.tokenizer import load_tokenizer
 
@@ -37,7 +38,7 @@ class BiEncoder(nn.Module):
         self.pooling = pooling
         self.max_length = max_length
         hidden = encoder.config.hidden_size
-        self.projection = nn.Linear(hidden, projection_dim) if projection_dim else None
+        self.projection = rows.Linear(hidden, projection_dim) if projection_dim else None
         self.fingerprint = ""
         self.path: str | None = None  # where it was loaded from or saved to
 

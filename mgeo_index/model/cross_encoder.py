@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mgeo_index.model import bert
+from mgeo_index.runtime import rows
 from mgeo_index.model.manifest import ModelError, check_savable, fingerprint, read_cross_manifest, save_hf_model, write_manifest
 from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
 from mgeo_index.model.group_head import GROUP_HEAD, attach
@@ -42,8 +43,8 @@ class FeatureHead(nn.Module):
 
     def __init__(self, n_features: int, hidden: int = 64, n_labels: int = 3):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, n_labels))
+        self.net = nn.Sequential(rows.Linear(n_features, hidden), nn.ReLU(), rows.Linear(hidden, hidden), nn.ReLU(),
+                                 rows.Linear(hidden, n_labels))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         device = self.net[0].weight.device
