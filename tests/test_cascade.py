@@ -45,6 +45,24 @@ def test_skipped_pairs_keep_the_feature_only_probabilities_and_the_rest_the_netw
         cross.gate = saved
 
 
+def test_settled_pairs_keep_the_feature_only_probabilities_whatever_the_gate_says(cross):
+    saved = cross.gate
+    try:
+        _with_gate(cross, 1.01)  # the gate alone would leave every pair to the network
+        features = pair_features_batch(A, B)
+        alone, _ = cross.gate_probabilities(torch.from_numpy(features))
+        full = inference.score_pairs(cross, A, B, features=features)
+        settled = np.array([False, True, False, True, True])
+        got = inference.score_pairs(cross, A, B, features=features, settled=settled)
+        np.testing.assert_array_equal(got[settled], alone[settled])
+        np.testing.assert_array_equal(got[~settled], full[~settled])  # the network's, the same bits in a smaller batch
+        cross.gate = None  # no cascade: nothing to settle with, the mask is ignored
+        np.testing.assert_array_equal(inference.score_pairs(cross, A, B, features=features, settled=settled),
+                                      inference.score_pairs(cross, A, B, features=features))
+    finally:
+        cross.gate = saved
+
+
 def test_gate_decisions_do_not_depend_on_batch_mates(cross):
     saved = cross.gate
     try:

@@ -37,12 +37,15 @@ DEFAULT = NUMBER_MODES[0]  # strict
 UNFITTED = {"exact_match": 0.037, "partial_vs_not": 0.0}
 
 
-def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> np.ndarray:
+def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict], found: Sequence[dict] | None = None) -> np.ndarray:
     """Per pair of parses: whether they are two places by their numbers or their names
-    (:func:`mgeo_index.query.features.conflicts`)."""
-    from mgeo_index.query.features import conflicts
+    (:func:`mgeo_index.query.features.conflicts`). ``found``: the pairs'
+    :func:`~mgeo_index.query.features.number_conflicts`, when the caller has them."""
+    from mgeo_index.query.features import number_conflicts_batch
+    from mgeo_index.query.names import name_conflict
 
-    return np.array([bool(conflicts(a, b)) for a, b in zip(parsed_a, parsed_b)], dtype=bool)
+    found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
+    return np.array([bool(f) or name_conflict(a, b) is not None for a, b, f in zip(parsed_a, parsed_b, found)], dtype=bool)
 
 
 def conflict_probabilities(probs: np.ndarray, labels: Sequence[str], fitted: dict | None) -> np.ndarray:

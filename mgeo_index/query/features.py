@@ -132,16 +132,18 @@ _STRING_FEATURE_NAMES = (
 _STATES = ("agree", "differ", "only_a", "only_b")
 
 
-def parsed_features(qa: dict, qb: dict) -> list[float]:
+def parsed_features(qa: dict, qb: dict, found: dict | None = None) -> list[float]:
     """:func:`compare_parsed` as numbers: the comparison users are shown (:func:`explain_parsed`) is
     the one scored, but for road numbers on two different roads, which users are shown as differing and the
     shipped heads were fitted reading as agreeing (changing that reading needs the heads refitted).
 
     Per element (EXPLAIN_ORDER): its state one-hot and the fuzzy ratio of the two spans; then whether
     both sides' admin centroids are known and their distance (log km, scaled to [0, 1]). On CCKS (calib / dev, feature
-    head alone) these lift macro-F1 from 0.66 / 0.62 to 0.68 / 0.66 over the string features.
+    head alone) these lift macro-F1 from 0.66 / 0.62 to 0.68 / 0.66 over the string features. ``found``: the pair's
+    :func:`number_conflicts`, when the caller has them.
     """
-    rows = compare_parsed(qa, qb, number_conflicts(qa, qb))  # the rows scored: the name's is none of them
+    found = number_conflicts(qa, qb) if found is None else found
+    rows = compare_parsed(qa, qb, found)  # the rows scored: the name's is none of them
     out: list[float] = []
     for name in EXPLAIN_ORDER:
         state, a, b, _ = rows.get(name, (None, None, None, None))
@@ -183,7 +185,7 @@ def pair_features(a: str, b: str, parsed_a: dict, parsed_b: dict) -> np.ndarray:
     return _pair_features(_side(a), _side(b), parsed_a, parsed_b)
 
 
-def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict) -> np.ndarray:
+def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict, found: dict | None = None) -> np.ndarray:
     a, b, ea, eb = sa.text, sb.text, sa.elements, sb.elements
     states = compare_elements(ea, eb)
     element_part = []
@@ -207,7 +209,7 @@ def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict) -> np.n
         _jaccard(na, nb), _contained(na, nb), _contained(nb, na),
         min(len(a), 64) / 64, min(len(b), 64) / 64, min(len(a), len(b)) / max(len(a), len(b), 1),
     ]
-    return np.asarray(values + parsed_features(parsed_a, parsed_b), dtype=np.float32)
+    return np.asarray(values + parsed_features(parsed_a, parsed_b, found), dtype=np.float32)
 
 
 def parse_distinct(texts: Sequence[str]) -> list[dict]:
@@ -218,16 +220,25 @@ def parse_distinct(texts: Sequence[str]) -> list[dict]:
 
 
 def pair_features_batch(
-    a: Sequence[str], b: Sequence[str], parsed_a: Sequence[dict] | None = None, parsed_b: Sequence[dict] | None = None
+    a: Sequence[str], b: Sequence[str], parsed_a: Sequence[dict] | None = None, parsed_b: Sequence[dict] | None = None,
+    found: Sequence[dict] | None = None,
 ) -> np.ndarray:
-    """:func:`pair_features` of each pair; sides without their parses given are parsed here, in batch."""
+    """:func:`pair_features` of each pair; sides without their parses given are parsed here, in batch. ``found``: each
+    pair's :func:`number_conflicts` when the caller has them (:func:`number_conflicts_batch`: the number policy reads
+    them too)."""
     if not len(a):
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float32)
     parsed_a = parse_distinct(a) if parsed_a is None else parsed_a
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
     # each distinct text's own part once (a query repeats for every candidate)
     sides = {text: _side(text) for text in dict.fromkeys((*a, *b))}
-    return np.stack([_pair_features(sides[x], sides[y], pa, pb) for x, y, pa, pb in zip(a, b, parsed_a, parsed_b)])
+    found = [None] * len(a) if found is None else found
+    return np.stack([_pair_features(sides[x], sides[y], pa, pb, f) for x, y, pa, pb, f in zip(a, b, parsed_a, parsed_b, found)])
+
+
+def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
+    """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy."""
+    return [number_conflicts(qa, qb) for qa, qb in zip(parsed_a, parsed_b)]
 
 
 _STATE_TEXT = {

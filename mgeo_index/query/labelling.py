@@ -43,7 +43,8 @@ def runs_of(firsts: Sequence[str]) -> list[int]:
 def label_pairs(cross, firsts: Sequence[str], seconds: Sequence[str], parsed_firsts: Sequence[dict] | None,
                 parsed_seconds: Sequence[dict] | None, *, numbers: str | None = None, device: str | None = None,
                 features: np.ndarray | None = None, runs: Sequence[int] | None = None,
-                group_head: bool = False) -> Labelled:
+                group_head: bool = False, settled: np.ndarray | None = None,
+                found: Sequence[dict] | None = None) -> Labelled:
     """Label the pairs (``firsts[i]``, ``seconds[i]``) of :func:`mgeo_index.text.model_text` texts with ``cross``.
 
     ``parsed_*``: both sides' parses (needed under the strict number policy); ``features``: the stacked scorer's
@@ -51,16 +52,18 @@ def label_pairs(cross, firsts: Sequence[str], seconds: Sequence[str], parsed_fir
     number policy (strict by default). ``runs``: the sizes of consecutive runs of pairs that are one query's
     candidates (None: every pair on its own): under the strict policy the exact matches that conflict with each
     other within a run share that mass, and with ``group_head`` the model's group head (where it has one) judges
-    each run's candidates together."""
+    each run's candidates together. ``settled``: pairs left to the feature-only scorer
+    (:func:`mgeo_index.runtime.inference.score_pairs`; not with ``group_head``). ``found``: the pairs'
+    :func:`~mgeo_index.query.features.number_conflicts` when the caller has them (computed for its features)."""
     strict = number_policy.check_mode(numbers) == "strict"
     offsets = None  # the deciding head's decision offsets: the cross-encoder's, or the group head's
     if group_head and cross.group_head is not None:
         probs, decided = group_heads.score_groups(cross, firsts, seconds, features=features, device=device)
         offsets = cross.group_head.decision_offsets
     else:
-        probs = inference.score_pairs(cross, firsts, seconds, device=device, features=features)
+        probs = inference.score_pairs(cross, firsts, seconds, device=device, features=features, settled=settled)
         decided = cross.decide(probs)
-    conflicts = number_policy.conflicting(parsed_firsts, parsed_seconds) if strict and len(firsts) else None
+    conflicts = number_policy.conflicting(parsed_firsts, parsed_seconds, found) if strict and len(firsts) else None
     probs, shown, decided = number_policy.answer(cross, probs, decided, conflicts, numbers, offsets)
     if strict and runs is not None:
         start = 0

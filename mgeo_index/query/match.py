@@ -33,10 +33,11 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     stacked = cross.feature_head is not None
     strict = number_policy.check_mode(numbers) == "strict"
     parsed = features.parse_distinct(a + b) if n and (explain or stacked or strict) else None
-    pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:]) if parsed and stacked else None
+    found = features.number_conflicts_batch(parsed[:n], parsed[n:]) if parsed and (stacked or strict) else None
+    pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:], found) if parsed and stacked else None
     labelled = label_pairs(cross, a, b, parsed[:n] if parsed else None, parsed[n:] if parsed else None,
                            numbers=numbers, device=device, features=pair_features, group_head=grouped,
-                           runs=runs_of(a) if grouped and not calibrated else None)
+                           runs=runs_of(a) if grouped and not calibrated else None, found=found)
     explained = [features.explain_parsed(parsed[i], parsed[n + i]) for i in range(n)] if explain and n else None
     return (labelled.calibrated if calibrated else labelled.shown), labelled.decided, explained
 

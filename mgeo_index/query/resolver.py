@@ -50,6 +50,10 @@ CORE_WEIGHT = 0.5
 # head and retrieval alone (see Resolver._rerank); on 20 candidates the network was ~90% of a query's
 # time, on these 10 it is still the largest part (≈ 45% of a single query, README: bench).
 RERANK_DEPTH = 10
+# Of those, the network judges only the NETWORK_DEPTH most promising by that same key within NETWORK_GAP of the
+# best one's; the others keep the feature-only probabilities of the cascade's gate.
+NETWORK_DEPTH = 10
+NETWORK_GAP = float("inf")
 
 
 @dataclass
@@ -297,40 +301,49 @@ class Resolver:
         """Score each query's candidates with the cross-encoder and sort them best first.
 
         A stacked cross-encoder first cuts each pool to its ``depth`` most promising candidates by the
-        feature head alone (plus the retrieval share of the ranking key), so the network — the largest part
-        of a query's time — runs on those only; the features are computed once for both steps, from
-        the ``parsed`` queries and candidates (:meth:`_parses`). ``numbers``: the number policy, applied to
-        the probabilities and labels before the candidates are ordered.
+        feature head alone (plus the retrieval share of the ranking key), and its network — the largest part
+        of a query's time — judges only the first NETWORK_DEPTH of those within NETWORK_GAP of the best (a
+        candidate's answer depends on its query's pool, never on the other queries of the call); the features and
+        the number conflicts are computed once for every step, from the ``parsed`` queries and candidates
+        (:meth:`_parses`). ``numbers``: the number policy, applied to the probabilities and labels before the
+        candidates are ordered.
         """
         cross = self.cross
         labels = cross.labels
         exact, partial = labels.index("exact_match"), labels.index("partial_match")
         firsts = [q for q, matches in zip(normalized, results) for _ in matches]
         seconds = [m["_normalized"] for matches in results for m in matches]
-        pair_features = None
+        parsed_firsts = [query for (query, _), matches in zip(parsed, results) for _ in matches] if parsed else None
+        parsed_seconds = [cs[m["id"]] for (_, cs), matches in zip(parsed, results) for m in matches] if parsed else None
+        # each pair's number conflicts, read by the pair features and the number policy alike
+        read = parsed and (cross.feature_head is not None or numbers == "strict")
+        found = features.number_conflicts_batch(parsed_firsts, parsed_seconds) if read else None
+        pair_features, settled = None, None
         if cross.feature_head is not None:
-            pair_features = features.pair_features_batch(
-                firsts, seconds,
-                [query for (query, _), matches in zip(parsed, results) for _ in matches],
-                [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
-            )
-            if cross.uses_network and any(len(matches) > depth for matches in results):
+            pair_features = features.pair_features_batch(firsts, seconds, parsed_firsts, parsed_seconds, found)
+            if cross.uses_network:
                 # feature-only P(exact), through the one softmax dispatch point the scorer uses
                 prior = cross.probabilities(cross.feature_logits(pair_features))[:, exact]
-                kept, start = [], 0
+                kept, settled, start = [], [], 0
                 for matches in results:
                     rows = range(start, start + len(matches))
-                    best = sorted(rows, key=lambda r: -(prior[r] + RETRIEVAL_WEIGHT * matches[r - start]["_fused"]))[:depth]
+                    key = {r: prior[r] + RETRIEVAL_WEIGHT * matches[r - start]["_fused"] for r in rows}
+                    best = sorted(rows, key=lambda r: -key[r])[:depth]
+                    # the network judges the candidates that may yet come first: the NETWORK_DEPTH most promising
+                    # within NETWORK_GAP of the best; the others keep the feature-only probabilities
+                    judged = {r for r in best[:NETWORK_DEPTH] if key[r] >= key[best[0]] - NETWORK_GAP}
                     best.sort()
                     matches[:] = [matches[r - start] for r in best]
                     kept += best
+                    settled += [r not in judged for r in best]
                     start = rows.stop
                 firsts, seconds = [firsts[r] for r in kept], [seconds[r] for r in kept]
-                pair_features = pair_features[kept]
-        labelled = label_pairs(
-            cross, firsts, seconds, [query for (query, _), matches in zip(parsed, results) for _ in matches],
-            [candidates[m["id"]] for (_, candidates), matches in zip(parsed, results) for m in matches],
-            numbers=numbers, device=self.device, features=pair_features, runs=[len(matches) for matches in results])
+                parsed_firsts, parsed_seconds = [parsed_firsts[r] for r in kept], [parsed_seconds[r] for r in kept]
+                found = [found[r] for r in kept]
+                pair_features, settled = pair_features[kept], np.array(settled, dtype=bool)
+        labelled = label_pairs(cross, firsts, seconds, parsed_firsts, parsed_seconds, numbers=numbers,
+                               device=self.device, features=pair_features, runs=[len(matches) for matches in results],
+                               settled=settled, found=found)
         row = 0
         for matches in results:
             rows = range(row, row + len(matches))

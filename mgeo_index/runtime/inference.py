@@ -198,11 +198,14 @@ def score_pairs(
     max_batch: int = 512,
     on_batch: Callable[[int], None] | None = None,
     features: np.ndarray | None = None,
+    settled: np.ndarray | None = None,
 ) -> np.ndarray:
     """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order.
 
     ``features``: the pairs' :func:`~mgeo_index.query.features.pair_features_batch` rows, if the caller has them
-    (a stacked cross-encoder needs them; computed here otherwise)."""
+    (a stacked cross-encoder needs them; computed here otherwise). ``settled``: a mask of pairs the caller has no
+    use for the network's finer opinion on (``resolve``'s candidates far behind a query's best): with a cascade
+    they keep the feature-only probabilities as the pairs its gate decides do; without one it is ignored."""
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
     if not queries:
@@ -223,6 +226,8 @@ def score_pairs(
         if features is None:
             features = pair_features_batch(list(queries), list(candidates))
         out, decided = cross.gate_probabilities(features)
+        if settled is not None:
+            decided = decided | np.asarray(settled, dtype=bool)
         rest = np.flatnonzero(~decided)
         if on_batch is not None and len(rest) < len(queries):
             on_batch(len(queries) - len(rest))
