@@ -268,6 +268,38 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
     assert scored[-1] == 10
 
 
+def test_the_network_judges_only_the_candidates_that_may_come_first(built, monkeypatch):
+    from mgeo_index.query import resolver as resolver_mod
+    from mgeo_index.runtime import inference as engine_mod
+
+    index_dir, _ = built
+    resolver = open_resolver(index_dir)
+    assert resolver.cross.gate is not None and resolver.cross.uses_network  # the shipped cascade
+    judged = []
+    real = engine_mod._network_probabilities
+
+    def counting(cross, firsts, seconds, features, **run):
+        judged.append(list(zip(firsts, seconds)))
+        return real(cross, firsts, seconds, features, **run)
+
+    monkeypatch.setattr(engine_mod, "_network_probabilities", counting)
+    # a gate that settles nothing on its own: what reaches the network is what the depth and gap leave to it
+    monkeypatch.setattr(resolver.cross, "gate", dict(resolver.cross.gate, min_probability=1.01))
+    queries = ["深圳南山中山路７５号东方科技园９号楼", "北京海淀燕园街道东风路127号东方大厦", "上海徐汇漕溪北路1号"]
+    cut = resolver.resolve(queries, top_k=10)
+    network_rows, shipped_depth = len(judged[0]), resolver_mod.NETWORK_DEPTH
+    # a query's answer is its own: alone it gets the same candidates, labels and probabilities as in the batch
+    assert [resolver.resolve([q], top_k=10)[0] for q in queries] == cut
+    monkeypatch.setattr(resolver_mod, "NETWORK_DEPTH", 10)
+    monkeypatch.setattr(resolver_mod, "NETWORK_GAP", float("inf"))
+    judged.clear()
+    whole = resolver.resolve(queries, top_k=10)
+    assert network_rows <= len(queries) * shipped_depth < len(judged[0]) == sum(map(len, whole))
+    assert [m[0]["id"] for m in cut] == [m[0]["id"] for m in whole]  # the same first answers
+    assert [m[0]["source_id"] for m in cut[:2]] == ["P0001", "P0003"]
+    assert [{m["id"] for m in c} for c in cut] == [{m["id"] for m in w} for w in whole]  # the same candidates
+
+
 def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, monkeypatch):
     from mgeo_index.runtime import inference as engine_mod
 
