@@ -3,7 +3,8 @@ the NETWORK_DEPTH most promising candidates of each pool (by the feature head's 
 share, the prescreen's key) within NETWORK_GAP of the best one, the others keeping their feature-only
 probabilities, against the network on all RERANK_DEPTH of them.
 
-For each split of the CCKS pairs file and each setting of ``--depths`` × ``--gaps``, printed as JSON lines: the
+For each split of the CCKS pairs file and each setting of ``--depths`` × ``--gaps`` (× ``--caps``, the cascade's
+cap on feature-only P(exact_match), :data:`mgeo_index.model.decision.GATE_MAX_EXACT`), printed as JSON lines: the
 network's pairs per query, reranked recall@1 / @10 of the queries whose gold entry is in the catalog, and, over
 every distinct query of the split, how many rank-1 answers, rank-1 labels and normalize statuses (matched /
 ambiguous / unmatched, :func:`mgeo_index.jobs.policy.decide`) differ from the network on every candidate. Choose on
@@ -68,12 +69,15 @@ def main() -> None:
     parser.add_argument("--splits", nargs="+", default=["train", "calib", "dev"])
     parser.add_argument("--depths", nargs="+", type=int, default=[10, 5, 3, 2, 1])
     parser.add_argument("--gaps", nargs="+", type=float, default=[math.inf, 0.6, 0.4, 0.3, 0.2])
+    parser.add_argument("--caps", nargs="+", type=float, default=[0.0],
+                        help="the cascade's cap on feature-only P(exact_match) (its gate's max_exact; 0: as shipped)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many distinct queries a split (0: all)")
     parser.add_argument("--pairs", help="another labelled file (Shenzhen's): its queries with a gold entry, split by "
                                         "the same hash, over an index of its catalog")
     args = parser.parse_args()
 
     resolver = open_resolver(args.index_dir)
+    gate = dict(resolver.cross.gate or {})
     counted = {"pairs": 0}
     network = inference._network_probabilities
 
@@ -91,15 +95,17 @@ def main() -> None:
         at = {q: i for i, q in enumerate(queries)}
         gold = {at[q]: g for q, g in zip(gold_queries, gold_entry_ids(resolver, golds)) if g and q in at}
         reference = None
-        for depth, gap in itertools.product(args.depths, args.gaps):
+        for depth, gap, cap in itertools.product(args.depths, args.gaps, args.caps):
             if depth != args.depths[0] and gap != args.gaps[0] and depth == 1:
                 continue  # one candidate: the gap changes nothing more
             resolver_module.NETWORK_DEPTH, resolver_module.NETWORK_GAP = depth, gap
+            if gate:
+                resolver.cross.gate = {**gate, "max_exact": cap} if cap else gate
             counted["pairs"] = 0
             got = answers(resolver, queries)
             reference = reference if reference is not None else got
             print(json.dumps({"split": split, "queries": len(queries), "gold_queries": len(gold), "depth": depth,
-                              "gap": gap, "network_pairs_per_query": round(counted["pairs"] / len(queries), 3),
+                              "gap": gap, "cap": cap or None, "network_pairs_per_query": round(counted["pairs"] / len(queries), 3),
                               **compare(reference, got, gold)}), flush=True)
 
 
