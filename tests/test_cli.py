@@ -424,3 +424,12 @@ def test_the_cli_reference_in_docs_is_every_commands_own_help():
     written = (settings.PACKAGE_DIR.parent / "docs" / "cli.md").read_text(encoding="utf-8")
     assert written == reference(), "docs/cli.md is out of date: python -m mgeo_index.cli.reference > docs/cli.md"
     assert len(list(commands())) == len(list(_commands(app)))  # every command, groups' included
+
+
+def test_rerank_depth_help_states_the_shipped_network_depth_and_gap():
+    from mgeo_index.cli.options import RerankDepth
+    from mgeo_index.query.resolver import NETWORK_DEPTH, NETWORK_GAP, RERANK_DEPTH
+
+    text = RerankDepth.__metadata__[0].help
+    assert f"first {NETWORK_DEPTH} of them within {NETWORK_GAP} of the best" in text
+    assert f"[default: {RERANK_DEPTH}]" in text.replace("\\[", "[")

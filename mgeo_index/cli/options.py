@@ -26,7 +26,7 @@ Backend = Annotated[str | None, typer.Option("--backend", help=(
     "mgeo-index bench compares them on this machine]."))]
 Retrieval = Annotated[str, typer.Option("--retrieval", help="hybrid (dense + character n-grams, fused), dense or sparse.")]
 AdminFilter = Annotated[bool, typer.Option("--admin-filter", help="Drop candidates in another city or district than the query's (when both are known).")]
-RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool the cross-encoder network scores, after the feature prescreen (at least --top-k) \\[default: 10].")]
+RerankDepth = Annotated[int | None, typer.Option("--rerank-depth", min=1, help="Candidates of the pool reranked after the feature prescreen (at least --top-k); the cross-encoder network judges the first 4 of them within 0.3 of the best, the rest keep the feature head's probabilities \\[default: 10].")]
 Profile = Annotated[str | None, typer.Option("--profile", help=(
     "default (the small cross-encoder) or accurate (the 12 x 384 network: better labels and ranking, about 2-3x "
     "the CPU time) \\[env MGEO_INDEX_PROFILE; default: the index's (build --profile), else accurate on a CUDA "
