@@ -20,16 +20,12 @@ import numpy as np
 from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.query.resolver import open_resolver
 
-CHUNK = 256
+from eval_network_depth import answers  # beside this script
 
 
 def first_answers(resolver, queries: list[str]) -> list[int | None]:
     """Each query's reranked rank-1 entry id (None: no candidate)."""
-    out = []
-    for start in range(0, len(queries), CHUNK):
-        for matches in resolver.resolve(queries[start:start + CHUNK], top_k=10, rerank=True, confirmed=False):
-            out.append(matches[0]["id"] if matches else None)
-    return out
+    return [matches[0]["id"] if matches else None for matches in answers(resolver, queries)]
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ CHUNK = 256
 
 
 def answers(resolver, queries: list[str]) -> list[list[dict]]:
+    """Each query's reranked top 10 (``resolve``'s answers, reviewers' confirmations left out), in chunks of CHUNK."""
     out = []
     for start in range(0, len(queries), CHUNK):
         out += resolver.resolve(queries[start:start + CHUNK], top_k=10, rerank=True, confirmed=False)

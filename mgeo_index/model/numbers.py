@@ -41,11 +41,10 @@ def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict], found: Seque
     """Per pair of parses: whether they are two places by their numbers or their names
     (:func:`mgeo_index.query.features.conflicts`). ``found``: the pairs'
     :func:`~mgeo_index.query.features.number_conflicts`, when the caller has them."""
-    from mgeo_index.query.features import number_conflicts_batch
-    from mgeo_index.query.names import name_conflict
+    from mgeo_index.query.features import conflicts
 
-    found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
-    return np.array([bool(f) or name_conflict(a, b) is not None for a, b, f in zip(parsed_a, parsed_b, found)], dtype=bool)
+    found = [None] * len(parsed_a) if found is None else found
+    return np.array([bool(conflicts(a, b, f)) for a, b, f in zip(parsed_a, parsed_b, found)], dtype=bool)
 
 
 def conflict_probabilities(probs: np.ndarray, labels: Sequence[str], fitted: dict | None) -> np.ndarray:

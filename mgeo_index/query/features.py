@@ -535,13 +535,14 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
-    """Where two parsed addresses are two places: :func:`number_conflicts`, and element ``name`` when both name a
-    place and the names are two places (:func:`mgeo_index.query.names.name_conflict`). ``{element: (query,
-    candidate)}``; empty when nothing conflicts."""
-    out = number_conflicts(qa, qb)
+def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = None) -> dict[str, tuple[str, str]]:
+    """Where two parsed addresses are two places: :func:`number_conflicts` (``found``, when the caller has them), and
+    element ``name`` when both name a place and the names are two places
+    (:func:`mgeo_index.query.names.name_conflict`). ``{element: (query, candidate)}``; empty when nothing
+    conflicts."""
+    out = number_conflicts(qa, qb) if found is None else found
     if names := name_conflict(qa, qb):
-        out["name"] = names
+        out = {**out, "name": names}  # a new dict: ``found`` is the caller's
     return out
 
 

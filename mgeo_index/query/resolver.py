@@ -320,7 +320,7 @@ class Resolver:
         parsed_firsts = [query for (query, _), matches in zip(parsed, results) for _ in matches] if parsed else None
         parsed_seconds = [cs[m["id"]] for (_, cs), matches in zip(parsed, results) for m in matches] if parsed else None
         # each pair's number conflicts, read by the pair features and the number policy alike
-        read = parsed and (cross.feature_head is not None or numbers == "strict")
+        read = bool(parsed) and (cross.feature_head is not None or numbers == "strict")
         found = features.number_conflicts_batch(parsed_firsts, parsed_seconds) if read else None
         pair_features, settled = None, None
         if cross.feature_head is not None:
