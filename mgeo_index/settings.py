@@ -245,8 +245,9 @@ BACKENDS = ("torch", "bf16", "compile", "int8", "onnx", "numpy")
 
 
 def cascade(enabled: bool | None = None) -> bool:
-    """Whether a cross-encoder with a gate skips the network for the pairs its feature-only scorer decides
-    clearly (default on; ``MGEO_INDEX_CASCADE=0`` runs the network on every pair, e.g. to measure the gate)."""
+    """Whether a cross-encoder with a gate (or a group head with one) skips the network for the pairs its
+    network-free scorer decides clearly (default on; ``MGEO_INDEX_CASCADE=0`` runs the network on every pair, e.g.
+    to measure the gate)."""
     if enabled is not None:
         return enabled
     return env("CASCADE", "1").lower() not in ("0", "false", "no", "off")

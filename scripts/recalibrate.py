@@ -4,7 +4,8 @@
 model then refuses to load and names this script), or after swapping in another network:
 temperature, the feature head and its stacking weights, the label decision offsets and the group head.
 `--decision-only` refits just the decision offsets and the group head (a few minutes); `--numbers-only` just the
-number policy (seconds); `--replay-only` refits nothing and writes the calibration replay `mgeo-index adapt`
+number policy (seconds); `--gate-only` just the group head's gate (which pairs `match` labels without the
+network; a minute or two); `--replay-only` refits nothing and writes the calibration replay `mgeo-index adapt`
 refits with (the calibration pairs as numbers only: the network's logits, the pair features, the gold label and
 the source, plus the network's fingerprint and the parser version; no address text) into the model directory —
 run it whenever the network or the parser changes (`adapt` refuses a replay of another network or parser).
@@ -30,7 +31,7 @@ from mgeo_index.training import data
 from mgeo_index.training.adapt import write_replay
 from mgeo_index.training.calibrate import refit_number_policy
 from mgeo_index.training.recalibrate import recalibrate
-from mgeo_index.training.group import cross_validate, group_head_pairs
+from mgeo_index.training.group import cross_validate, group_head_pairs, refit_group_gate
 from mgeo_index.training.train import evaluate_pairs, evaluate_split_retrieval
 
 
@@ -77,6 +78,8 @@ parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="t
 parser.add_argument("--decision-only", action="store_true", help="refit only the label decision offsets and the group head")
 parser.add_argument("--numbers-only", action="store_true",
                     help="refit only the number policy (how pairs whose numbers conflict are scored), in the manifest")
+parser.add_argument("--gate-only", action="store_true",
+                    help="refit only the group head's gate (the pairs match labels without the network), in the manifest")
 parser.add_argument("--head", choices=("mlp", "trees"), default="mlp",
                     help="the feature head: averaged MLPs (shipped) or gradient-boosted trees (measured, not "
                          "shipped: see the README)")
@@ -96,8 +99,12 @@ if args.metrics_only:
         parser.error("--metrics-only needs --metrics FILE")
     record(args.metrics, args.model, args.data, None, True)
     raise SystemExit
-stats = ({"number_policy": refit_number_policy(args.model, args.data)} if args.numbers_only
-         else recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head))
+if args.numbers_only:
+    stats = {"number_policy": refit_number_policy(args.model, args.data)}
+elif args.gate_only:
+    stats = {"group_head_gate": refit_group_gate(args.model, args.data)}
+else:
+    stats = recalibrate(args.model, args.data, decision_only=args.decision_only, head=args.head)
 print(json.dumps(stats, ensure_ascii=False))
 if args.metrics:
-    record(args.metrics, args.model, args.data, stats, args.decision_only or args.numbers_only)
+    record(args.metrics, args.model, args.data, stats, args.decision_only or args.numbers_only or args.gate_only)

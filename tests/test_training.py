@@ -69,6 +69,8 @@ def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_pat
     assert (cross.group_head is not None) == (cross.feature_head is not None)
     if cross.group_head is not None:
         assert metrics["stages"]["calibration"]["group_head"]["held_out"] == ["calib"]
+        gate = metrics["stages"]["calibration"]["group_head"]["gate"]  # fitted on the same pairs as the stack
+        assert gate == cross.group_head.gate.manifest() and 0.5 <= gate["min_probability"] <= 1.0
         from mgeo_index.training.group import cross_validate, group_head_pairs
 
         report = cross_validate(cross, group_head_pairs(tiny_data)[1], seeds=1)

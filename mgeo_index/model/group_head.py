@@ -18,11 +18,15 @@ candidates tend to share a label. The group head:
 It is fitted by ``scripts/recalibrate.py`` (:func:`mgeo_index.training.group.fit_group_head`); the trees are
 ``group_head.lgb.txt.gz`` beside the model, the rest its manifest's ``group_head``. Ranking is untouched:
 ``resolve`` orders and labels its candidates with the pairwise scorer (a retrieval pool is another context than
-a file's hand-listed candidates). Every pair of a run is scored by the network (no cascade), and a run's
-answers depend on its own pairs only: the trees score row by row, the network is batch-independent, so the
-same run gets the same answers whatever file, chunk or batch it is in. The shipped head's stack and offsets are
-fitted on the calibration and dev splits (:data:`mgeo_index.training.group.SHIPPED_HELD_OUT`), so its figures are
-out-of-fold ones (``research/eval_group_head.py``).
+a file's hand-listed candidates). The shipped head's stack and offsets are fitted on the calibration and dev
+splits (:data:`mgeo_index.training.group.SHIPPED_HELD_OUT`), so its figures are out-of-fold ones
+(``research/eval_group_head.py``).
+
+Where the head carries a gate (:class:`GroupGate`: a second stack, of the trees and the feature head alone,
+fitted on the same held-out pairs), a pair that stack calls clearly not ``exact_match`` keeps its network-free
+probabilities, and the network runs on the other pairs only (docs/benchmarks.md: how many, at what quality). A
+run's answers depend on its own pairs only: the trees and the gate judge row by row, the network is
+batch-independent, so the same run gets the same answers whatever file, chunk or batch it is in.
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.model.decision import decide
+from mgeo_index import settings
+from mgeo_index.model.decision import GATE_MAX_EXACT, decide
 from mgeo_index.model.boosters import balanced_weights, lightgbm, predict_threads
 
 GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
@@ -104,6 +109,39 @@ def stacked_probabilities(weights: Sequence[float], bias: Sequence[float], colum
     return e / e.sum(1, keepdims=True)
 
 
+@dataclass(frozen=True)
+class GroupGate:
+    """Which pairs the group head labels without the network: the stack of the trees' and the feature head's
+    logits alone (``weights``, ``bias``); a pair is settled where that stack's label (the head's offsets) is not
+    ``exact_match``, its P(exact_match) is under ``max_exact`` and its label's probability is at least
+    ``min_probability`` (the lowest that keeps the full stack's label on ``stats["agreement"]`` of the fitting
+    pairs: :func:`mgeo_index.training.group.fit_group_gate`)."""
+
+    weights: list[float]  # the trees, the feature head
+    bias: list[float]  # per label
+    min_probability: float
+    max_exact: float = GATE_MAX_EXACT
+    stats: dict = field(default_factory=dict)  # what it was fitted on (recorded in the manifest)
+
+    def judge(self, trees: np.ndarray, feature_head: np.ndarray, offsets: Sequence[float],
+              exact: int) -> tuple[np.ndarray, np.ndarray]:
+        """(network-free probabilities (n, 3), whether each pair is settled by them), row by row."""
+        probs = stacked_probabilities(self.weights, self.bias, [trees, feature_head])
+        label = decide(probs, offsets)
+        sure = probs[np.arange(len(probs)), label] >= self.min_probability
+        return probs, sure & (label != exact) & (probs[:, exact] < self.max_exact)
+
+    def manifest(self) -> dict:
+        return {"weights": self.weights, "bias": self.bias, "min_probability": self.min_probability,
+                "max_exact": self.max_exact, **self.stats}
+
+    @classmethod
+    def from_manifest(cls, entry: dict) -> GroupGate:
+        named = ("weights", "bias", "min_probability", "max_exact")
+        return cls(list(entry["weights"]), list(entry["bias"]), float(entry["min_probability"]),
+                   float(entry["max_exact"]), {k: v for k, v in entry.items() if k not in named})
+
+
 @dataclass
 class GroupHead:
     boosters: list  # lightgbm.Booster over group_features, their raw scores averaged
@@ -112,6 +150,7 @@ class GroupHead:
     decision_offsets: list[float]  # per label
     labels: list[str]
     stats: dict = field(default_factory=dict)  # what it was fitted on (recorded in the manifest)
+    gate: GroupGate | None = None  # the pairs labelled without the network (None: the network judges every pair)
 
     def tree_logits(self, x: np.ndarray) -> np.ndarray:
         if not len(x):
@@ -132,7 +171,8 @@ class GroupHead:
     def manifest(self) -> dict:
         return {"kind": "trees", "file": GROUP_HEAD, "labels": self.labels, "weights": self.weights, "bias": self.bias,
                 "decision_offsets": self.decision_offsets, "inputs": int(self.boosters[0].num_feature()),
-                "boosters": len(self.boosters), **self.stats}
+                "boosters": len(self.boosters), **self.stats,
+                **({"gate": self.gate.manifest()} if self.gate is not None else {})}
 
     def save(self, directory: str | Path) -> None:
         text = _NEXT_BOOSTER.join(b.model_to_string() for b in self.boosters)
@@ -161,9 +201,10 @@ def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n
     texts = gzip.decompress((Path(directory) / GROUP_HEAD).read_bytes()).decode("utf-8").split(_NEXT_BOOSTER)
     boosters = [lightgbm().Booster(model_str=text) for text in texts]
     stats = {k: v for k, v in entry.items()
-             if k not in ("kind", "file", "labels", "weights", "bias", "decision_offsets", "inputs", "boosters")}
+             if k not in ("kind", "file", "labels", "weights", "bias", "decision_offsets", "inputs", "boosters", "gate")}
+    gate = GroupGate.from_manifest(entry["gate"]) if entry.get("gate") else None
     return GroupHead(boosters, list(entry["weights"]), list(entry["bias"]), list(entry["decision_offsets"]),
-                     list(entry["labels"]), stats)
+                     list(entry["labels"]), stats, gate)
 
 
 def attach(cross, directory: str | Path, entry: dict) -> None:
@@ -178,15 +219,28 @@ def attach(cross, directory: str | Path, entry: dict) -> None:
 def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, features: np.ndarray | None = None,
                  device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities (n, 3) in ``cross.labels`` order, decided label indices) of pairs listed run by run (a
-    run: consecutive pairs with the same query), by ``cross``'s group head."""
+    run: consecutive pairs with the same query), by ``cross``'s group head; the network runs on the pairs its
+    gate does not settle (on every pair with ``MGEO_INDEX_CASCADE=0``)."""
     from mgeo_index.runtime import inference
     from mgeo_index.query.features import pair_features_batch
 
     head: GroupHead = cross.group_head
-    if not len(queries):
+    n = len(queries)
+    if not n:
         return np.empty((0, len(cross.labels)), dtype=np.float32), np.empty(0, dtype=int)
     if features is None:
         features = pair_features_batch(list(queries), list(candidates))
-    columns = inference.component_logits(cross, queries, candidates, features=features, device=device)
-    probs = head.probabilities(group_features(features, candidates, queries), columns)
+    trees = head.tree_logits(group_features(features, candidates, queries))
+    feature_head = [cross.head_logits(features)] if getattr(cross, "feature_head", None) is not None else []
+    settled = np.zeros(n, dtype=bool)
+    if head.gate is not None and feature_head and settings.cascade():
+        free, settled = head.gate.judge(trees, feature_head[0], head.decision_offsets, cross.labels.index("exact_match"))
+    network = np.zeros((n, len(cross.labels)), dtype=np.float32)
+    judged = np.flatnonzero(~settled)
+    if len(judged):
+        network[judged] = inference.network_logits(cross, [queries[i] for i in judged],
+                                                   [candidates[i] for i in judged], device=device)
+    probs = stacked_probabilities(head.weights, head.bias, [trees, network, *feature_head])
+    if settled.any():
+        probs[settled] = free[settled]
     return probs.astype(np.float32), head.decide(probs)

@@ -1,13 +1,15 @@
 """Fitting the group head (:mod:`mgeo_index.model.group_head`) and measuring it by cross-validation.
 
 :func:`fit_group_head` trains the trees on the train split of every file that lists each query's candidates
-together, then fits the stack (trees, network, feature head) and the decision offsets on held-out splits;
+together, then fits the stack (trees, network, feature head) and the decision offsets on held-out splits, and
+there the gate that lets ``match`` skip the network (:func:`fit_group_gate`);
 :func:`cross_validate` refits that stack and those offsets fold by fold over the held-out pairs and reports the
 out-of-fold macro-F1 per source, beside the pairwise scorer's refitted the same way.
 """
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,10 @@ from mgeo_index.runtime import inference
 from mgeo_index.query.features import pair_features_batch
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
-from mgeo_index.model.group_head import ROUNDS, SEEDS, GroupHead, decide, group_features, stacked_probabilities, train_booster
+from mgeo_index.model.group_head import (ROUNDS, SEEDS, GroupGate, GroupHead, decide, group_features,
+                                         stacked_probabilities, train_booster)
 from mgeo_index.measure.splits import split_of
+from mgeo_index.model.decision import GATE_MAX_EXACT
 from mgeo_index.text import normalize
 from mgeo_index.training import data
 from mgeo_index.training.calibrate import fit_column_stack, fit_decision_offsets
@@ -37,6 +41,9 @@ DECISION_SOURCES = ("round2_train",)
 # nothing at all the holdout split (:mod:`mgeo_index.measure.splits`).
 SHIPPED_HELD_OUT = ("calib", "dev")
 FOLDS = 5
+# The gate keeps the full stack's label on this share of the pairs it is fitted on (research/eval_group_cascade.py:
+# 0.995 let 64% of dev pairs skip the network at dev macro-F1 0.7482 -> 0.7479; 0.99 / 0.98 settled more and cost more).
+GATE_AGREEMENT = 0.995
 
 
 def group_head_pairs(data_dir: Path) -> tuple[list[data.Pair], list[data.Pair]]:
@@ -91,8 +98,8 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
     """Set ``cross.group_head``: :data:`SEEDS` boosters on the group features of the train split of ``group_pairs``
     (files listing each query's candidates together, in file order; rows weighted by :data:`SOURCE_WEIGHTS`), their
     logits stacked with the network's and the feature head's on the ``held_out`` splits of ``stack_pairs``, the
-    decision offsets fitted there on ``decision_sources``' pairs. Returns the head's record (None, and no head, for a
-    model without a feature head)."""
+    decision offsets fitted there on ``decision_sources``' pairs, and its gate (:func:`fit_group_gate`) on the same
+    pairs. Returns the head's record (None, and no head, for a model without a feature head)."""
     if cross.feature_head is None:
         cross.group_head = None
         return None
@@ -107,8 +114,56 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
     head.stats = {"train_pairs": len(rows), "held_out": list(held_out), "stack_pairs": len(gold),
                   "decision_pairs": int(decision_rows.sum()), "decision_sources": list(decision_sources),
                   "rounds": ROUNDS, "seed": seed, "source_weights": SOURCE_WEIGHTS, "stack_nll": round(nll, 4)}
+    fit_group_gate(head, columns, gold, cross.labels.index("exact_match"))
     cross.group_head = head
     return {k: v for k, v in head.manifest().items() if k not in ("kind", "file", "labels")}
+
+
+def gate_threshold(full: np.ndarray, free: np.ndarray, offsets, exact: int, max_exact: float,
+                   agreement: float) -> float:
+    """The lowest network-free label probability (a 0.005 grid from 0.5) at which settling pairs by the
+    network-free probabilities ``free`` keeps the labels of ``full`` on at least ``agreement`` of the pairs."""
+    shipped, label = decide(full, offsets), decide(free, offsets)
+    confidence = free[np.arange(len(free)), label]
+    candidates = (label != exact) & (free[:, exact] < max_exact)
+    for t in np.arange(100, 201) / 200:  # 0.5, 0.505, …, 1.0, each as its decimal reads
+        if np.mean(np.where(candidates & (confidence >= t), label, shipped) == shipped) >= agreement:
+            return float(t)
+    return 1.0
+
+
+def fit_group_gate(head: GroupHead, columns: list[np.ndarray], gold: np.ndarray, exact: int, *,
+                   agreement: float = GATE_AGREEMENT, max_exact: float = GATE_MAX_EXACT) -> GroupGate:
+    """Set ``head.gate`` from the held-out ``columns`` (the trees', the network's, the feature head's logits) the
+    head's stack was fitted on: the stack of the trees and the feature head alone by NLL, and the lowest
+    :func:`gate_threshold` that keeps the full stack's label on ``agreement`` of those pairs."""
+    trees, _, feature_head = columns
+    params = fit_column_stack([trees, feature_head], gold).tolist()
+    weights, bias = params[:2], params[2:]
+    free = stacked_probabilities(weights, bias, [trees, feature_head])
+    full = stacked_probabilities(head.weights, head.bias, columns)
+    threshold = gate_threshold(full, free, head.decision_offsets, exact, max_exact, agreement)
+    gate = GroupGate(weights, bias, threshold, max_exact)
+    settled = gate.judge(trees, feature_head, head.decision_offsets, exact)[1]
+    head.gate = replace(gate, stats={"agreement": agreement, "fitted_pairs": len(gold),
+                                     "settled_share": round(float(settled.mean()), 4)})
+    return head.gate
+
+
+def refit_group_gate(cross_dir: Path, data_dir: Path, **kwargs) -> dict:
+    """:func:`fit_group_gate` for the group head of the cross-encoder in ``cross_dir`` as it stands (its trees,
+    stack and offsets kept), on the held-out splits its stack was fitted on; written into its manifest alone."""
+    from mgeo_index.model.cross_encoder import KIND, load_cross_encoder
+    from mgeo_index.model.manifest import read_manifest, write_manifest
+
+    cross = load_cross_encoder(cross_dir)
+    head = cross.group_head
+    _, a, b, features, x, gold = _described(cross, group_head_pairs(data_dir)[1], tuple(head.stats["held_out"]))
+    columns = [head.tree_logits(x), *inference.component_logits(cross, a, b, features=features)]
+    gate = fit_group_gate(head, columns, gold, cross.labels.index("exact_match"), **kwargs).manifest()
+    manifest = {k: v for k, v in read_manifest(cross_dir, KIND).items() if k != "versions"}
+    write_manifest(cross_dir, manifest | {"group_head": manifest["group_head"] | {"gate": gate}})
+    return gate
 
 
 REPORTED = {"round2": ("round2_train",), "round1": ("round1_train_fold0",), "round1_tail": ("round1_train_tail",),
