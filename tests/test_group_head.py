@@ -103,6 +103,50 @@ def test_a_run_gets_the_same_answers_whatever_else_is_in_the_file(shipped):
     assert np.allclose(probs.sum(1), 1.0, atol=1e-5)
 
 
+def test_the_gate_labels_clear_non_matches_without_the_network_and_the_others_as_before(shipped, monkeypatch):
+    from mgeo_index.model import group_head
+    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.runtime import inference
+
+    assert shipped.group_head.gate is not None  # the shipped head carries one
+    rows = [(q, c) for q, candidates in QUERIES.items() for c in candidates]
+    a, b = [q for q, _ in rows], [c for _, c in rows]
+    network_logits, seen = inference.network_logits, []
+
+    def counted(cross, queries, candidates, **kwargs):
+        seen.extend(zip(queries, candidates))
+        return network_logits(cross, queries, candidates, **kwargs)
+
+    monkeypatch.setattr(inference, "network_logits", counted)
+    gated, gated_labels = group_head.score_groups(shipped, a, b)
+    head = shipped.group_head
+    features = pair_features_batch(a, b)
+    trees = head.tree_logits(group_features(features, b, a))
+    free, settled = head.gate.judge(trees, shipped.head_logits(features), head.decision_offsets, 0)
+    assert 0 < settled.sum() < len(rows)
+    assert settled[b.index("广州市天河区体育西路1号")] and not settled[b.index("北京市朝阳区建国路88号")]
+    assert seen == [r for r, s in zip(rows, settled) if not s]  # the network saw the unsettled pairs only
+    assert np.allclose(gated[settled], free[settled], atol=1e-6, rtol=0)
+    assert np.array_equal(gated_labels[settled], head.decide(free[settled]))
+    assert (gated_labels[settled] != 0).all() and (gated[settled, 0] < head.gate.max_exact).all()
+    monkeypatch.setattr(head, "gate", None)  # without it, the network judges every pair; the unsettled as before
+    full, full_labels = group_head.score_groups(shipped, a, b)
+    assert len(seen) == sum(~settled) + len(rows)
+    assert np.array_equal(full[~settled], gated[~settled]) and np.array_equal(full_labels[~settled], gated_labels[~settled])
+
+
+def test_the_gate_threshold_is_the_lowest_that_keeps_the_labels_on_the_share_asked():
+    from mgeo_index.training.group import gate_threshold
+
+    offsets = [0.0, 0.0, 0.0]
+    # the full stack's labels: 0, 2, 2, 1; the network-free ones agree but on the last pair, sure of not_match at 0.8
+    full = np.array([[0.9, 0.05, 0.05], [0.1, 0.1, 0.8], [0.1, 0.2, 0.7], [0.1, 0.8, 0.1]])
+    free = np.array([[0.9, 0.05, 0.05], [0.01, 0.09, 0.9], [0.01, 0.39, 0.6], [0.01, 0.19, 0.8]])
+    assert gate_threshold(full, free, offsets, 0, 0.03, 1.0) == pytest.approx(0.805)  # above the wrong pair's 0.8
+    assert gate_threshold(full, free, offsets, 0, 0.03, 0.75) == 0.5  # one pair in four may move
+    assert gate_threshold(full, free, offsets, 0, 0.005, 0.75) == 0.5  # nothing under the cap: nothing settles
+
+
 def test_a_group_head_of_an_earlier_kind_is_refused_naming_the_refit(shipped, tmp_path):
     copy = tmp_path / "cross"
     shutil.copytree(settings.DEFAULT_CROSS_MODEL, copy)
@@ -162,3 +206,16 @@ def test_match_labels_a_query_among_its_candidates_and_pairwise_alone(shipped, t
     labels = [label for label, _ in _read_scores(grouped)]
     assert labels[0] == "exact_match" and labels[2] == "not_match"  # 88号 itself; another city
     assert labels[-1] == "not_match"
+
+
+def test_without_the_cascade_the_network_judges_every_pair(shipped, monkeypatch):
+    from mgeo_index.model import group_head
+    from mgeo_index.runtime import inference
+
+    rows = [(q, c) for q, candidates in QUERIES.items() for c in candidates]
+    network_logits, seen = inference.network_logits, []
+    monkeypatch.setattr(inference, "network_logits",
+                        lambda cross, queries, *args, **kwargs: seen.extend(queries) or network_logits(cross, queries, *args, **kwargs))
+    monkeypatch.setenv("MGEO_INDEX_CASCADE", "0")
+    group_head.score_groups(shipped, [q for q, _ in rows], [c for _, c in rows])
+    assert len(seen) == len(rows)
