@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
-from mgeo_index.query.names import below_admin, name_conflict
+from mgeo_index.query.conflicts import TEXT_CONFLICTS, conflicts, number_conflicts, number_value, numbers_agree
+from mgeo_index.query.elements import (ADMIN_ELEMENTS, ADMIN_LEVEL_NAMES, DIGITS, EXPLAIN_ORDER, NUMBERED, core, same,
+                                       spans)
 from mgeo_index.text import normalize
-from mgeo_index.text.gazetteer import LEVELS
 from mgeo_index.text.parser import parse
+
 
 _CJK = "\u4e00-\u9fff"
 # Order matters: each pattern consumes its span so later ones do not see it again.
@@ -38,8 +39,6 @@ ELEMENT_PATTERNS: list[tuple[str, re.Pattern]] = [
     ("room", re.compile(r"[0-9]+(?:-[0-9]+)*(?:室|房|户)?$")),
 ]
 ELEMENTS = [name for name, _ in ELEMENT_PATTERNS] + ["poi"]
-_SUFFIX = re.compile(r"(?:省|自治区|市|自治州|地区|区|县|旗|镇|乡|街道|村|社区|居委会)$")
-_NUMBERS = re.compile(r"[0-9]+")
 _CJK_RUN = re.compile(rf"[{_CJK}a-z]{{2,}}")
 
 
@@ -63,9 +62,6 @@ def _elements(rest: str) -> dict[str, str]:
     return found
 
 
-_ADMIN = ("province", "city", "district", "town", "village")
-
-
 def without_admin(text: str, min_length: int = 4) -> str:
     """The address below town level: province, city, district and town spans removed.
 
@@ -81,24 +77,15 @@ def without_admin(text: str, min_length: int = 4) -> str:
     return rest if len(rest) >= min_length else base
 
 
-def _core(name: str, span: str) -> str:
-    """Comparable core of an element: admin suffixes dropped (北京市 ~ 北京), numbers as such."""
-    if name in _ADMIN:
-        return _SUFFIX.sub("", span) or span
-    if name in ("roadno", "building", "unit", "floor", "room"):
-        return "-".join(_NUMBERS.findall(span)) or span
-    return span
-
-
 def compare_elements(a: dict[str, str], b: dict[str, str]) -> dict[str, str]:
     """Per element: 'agree', 'differ', 'only_a', 'only_b' (absent on both sides: left out)."""
     out = {}
     for name in ELEMENTS:
         if name in a and name in b:
-            ca, cb = _core(name, a[name]), _core(name, b[name])
+            ca, cb = core(name, a[name]), core(name, b[name])
             if name == "poi":
                 same = ca in cb or cb in ca or fuzz.ratio(ca, cb) >= 70
-            elif name in _ADMIN:  # an unrecognized upper level may stick to the front: 北京朝阳 ~ 朝阳
+            elif name in ADMIN_ELEMENTS:  # an unrecognized upper level may stick to the front: 北京朝阳 ~ 朝阳
                 same = ca.endswith(cb) or cb.endswith(ca)
             else:
                 same = ca == cb or (name == "road" and (ca in cb or cb in ca))
@@ -173,10 +160,10 @@ def _side(text: str) -> _Side:
     text = normalize(text)
     elements = _elements(text)
     rest = text
-    for name in _ADMIN:
+    for name in ADMIN_ELEMENTS:
         if name in elements:
             rest = rest.replace(elements[name], "")
-    return _Side(text, elements, rest, (_ngrams(text, 1), _ngrams(text, 2), _ngrams(text, 3)), set(_NUMBERS.findall(text)))
+    return _Side(text, elements, rest, (_ngrams(text, 1), _ngrams(text, 2), _ngrams(text, 3)), set(DIGITS.findall(text)))
 
 
 def pair_features(a: str, b: str, parsed_a: dict, parsed_b: dict) -> np.ndarray:
@@ -236,324 +223,12 @@ def pair_features_batch(
     return np.stack([_pair_features(sides[x], sides[y], pa, pb, f) for x, y, pa, pb, f in zip(a, b, parsed_a, parsed_b, found)])
 
 
-def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
-    """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy."""
-    return [number_conflicts(qa, qb) for qa, qb in zip(parsed_a, parsed_b)]
-
-
 _STATE_TEXT = {
     "agree": "agrees",
     "differ": "differs",
     "only_a": "only in the query",
     "only_b": "only in the candidate",
 }
-# Explanation rows from the element parser's labels (mgeo_index.text.parser), in address order.
-PARSED_ELEMENTS = {
-    "prov": "province", "city": "city", "district": "district", "town": "town", "community": "village",
-    "village": "village", "road": "road", "roadno": "roadno", "poi": "poi", "subpoi": "subpoi",
-    "houseno": "building", "cellno": "unit", "floorno": "floor", "roomno": "room",
-}
-EXPLAIN_ORDER = list(dict.fromkeys(PARSED_ELEMENTS.values()))
-ADMIN_LEVEL_NAMES = tuple(LEVELS.values())  # compared by official code when both sides resolve
-
-
-def _spans(parsed: dict) -> dict[str, str]:
-    """Explanation element → its text (spans of one label joined, in order)."""
-    out: dict[str, str] = {}
-    for e in parsed["elements"]:
-        name = PARSED_ELEMENTS.get(e["label"])
-        if name:
-            out[name] = out.get(name, "") + e["text"]
-    return out
-
-
-# Elements that carry a number: a different number on both sides is a different place (road number, building,
-# floor), or a different door within one (unit, room). See :mod:`mgeo_index.model.numbers` for the decision.
-NUMBERED = ("roadno", "building", "unit", "floor", "room")
-# A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
-_STEMS = "甲乙丙丁戊己庚辛壬癸"
-_NUMBER_TOKENS = re.compile(rf"[0-9]+|[a-z]|[{_STEMS}]")  # each letter alone: ab栋 is buildings a and b (a.b栋)
-# 4-6号, 21号-23号: numbers 4 to 6 (one plot, several numbers); normalization writes 4~6号 and 4至6号 so too.
-_RANGE = re.compile(r"^([0-9]+)(?:号|弄|栋|幢)?-([0-9]+)(?:号|弄|栋|幢)")
-_BASEMENT = re.compile(r"^b([0-9]+)")  # b1层: normalization writes 负一层, 地下一层 and -1层 so
-_DIGIT_RUN = re.compile(r"[0-9]+")
-# A room numbered by its floor: 1202室 is on floor 12 (3 or 4 digits, the last two the room on its floor).
-_FLOOR_ROOM = re.compile(r"^([0-9]{1,2})([0-9]{2})(?:室|房|户)?$")
-_SHORT_ROOM = re.compile(r"^([0-9]{1,2})(?:室|房|户)?$")
-_ROOM_ON_FLOOR = re.compile(r"^([0-9]{1,2})(?:f|楼|层)-?([0-9]{1,2})(?:室|房|户)?$")  # one room span: 4f-01, 12楼01室
-
-
-@lru_cache(maxsize=1 << 16)
-def _normal_span(span: str) -> str:
-    """``normalize`` of an element span on its own (a span reads otherwise alone: 二百零八弄 becomes 208弄), kept:
-    catalog entries repeat the same spans, and every candidate pair asks again."""
-    return normalize(span)
-
-
-def number_value(name: str, span: str) -> tuple[str, ...]:
-    """The number an element span writes, as comparable tokens: digits without leading zeros, each letter and the
-    stems 甲 / 乙 … (88号院 → ('88',), 3#楼 → ('3',), 12a栋 → ('12', 'a'), ab栋 → ('a', 'b'), 甲12号 → ('甲', '12'),
-    7-6-1046 → ('7', '6', '1046')). A floor is one signed number: its ``f`` is a marker, a basement is below zero
-    (12f → ('12',), b1层 → ('-1',)); a room written with its floor is the room numbered by its floor (4f-01 →
-    ('401',)). Chinese and full-width numerals are digits already (:func:`~mgeo_index.text.normalize`). Empty when
-    the span writes no number (东座)."""
-    text = _normal_span(span)
-    if name == "room" and (door := _ROOM_ON_FLOOR.match(text)):
-        return (door[1].lstrip("0") + door[2].zfill(2),)
-    tokens = _NUMBER_TOKENS.findall(text)
-    if name == "floor":
-        tokens = [t for t in tokens if t.isdigit()]
-        if tokens and _BASEMENT.match(text):
-            return ("-" + (tokens[0].lstrip("0") or "0"), *tokens[1:])
-    return tuple(t.lstrip("0") or "0" if t.isdigit() else t for t in tokens)
-
-
-def numbers_agree(name: str, a: str, b: str) -> bool:
-    """Whether two spans of element ``name`` can write the same number. They agree when:
-
-    - their values are equal, or one's tokens run inside the other's (a more specific writing: 316栋 ~ d316幢,
-      g栋 ~ g栋-1号, 16#-5号 ~ 16号; a list holding the other's number: 4、6号 ~ 6号);
-    - a range holds the other side's number (4-6号 ~ 5号, 21号-23号 ~ 22号);
-    - one side is bare digits that start with the other's number and go on for a room number (12706 ~ 12号:
-      12号706 with its 号 dropped);
-    - either side writes no number at all (no evidence).
-
-    A range or list is not the number its digits run into (4-6号, 4、6号 ≁ 46号), a basement not the floor of its
-    digit (b1层 ≁ 1层), one letter or stem not another (a座 ≁ b座, 甲12号 ≁ 乙12号)."""
-    va, vb = number_value(name, a), number_value(name, b)
-    if not va or not vb or va == vb:
-        return True
-    short, long = sorted((va, vb), key=len)
-    if any(long[i : i + len(short)] == short for i in range(len(long) - len(short) + 1)):
-        return True
-    for range_span, other in ((a, vb), (b, va)):
-        m = _RANGE.match(_normal_span(range_span))
-        if m and len(other) == 1 and other[0].isdigit() and int(m[1]) <= int(other[0]) <= int(m[2]):
-            return True
-    for bare, marked in ((a, vb), (b, va)):
-        if _normal_span(bare).isdigit() and len(marked) == 1 and bare.startswith(marked[0]) and len(bare) >= len(marked[0]) + 3:
-            return True
-    return False
-
-
-# A range in the text, whatever elements the tagger split it into (618号-622号 read as a road number and a
-# building): low < high, at most 50 numbers.
-_TEXT_RANGE = re.compile(r"(?<![0-9-])([0-9]+)(?:号|栋|幢|弄)?-([0-9]+)(?:号|栋|幢|弄)")
-
-
-def _number_spans(parsed: dict) -> dict[str, list[str]]:
-    """Numbered element → its spans (each alone: 478号 and 12号 in one address are two road numbers). A span inside
-    a range of the text reads as the whole range (618号 of 618号-622号)."""
-    ranges = [m for m in _TEXT_RANGE.finditer(parsed["text"]) if int(m[1]) < int(m[2]) <= int(m[1]) + 50]
-    out: dict[str, list[str]] = {}
-    for e in parsed["elements"]:
-        name = PARSED_ELEMENTS.get(e["label"])
-        if name in NUMBERED:
-            text = next((m[0] for m in ranges if m.start() <= e["start"] and e["end"] <= m.end()), e["text"])
-            if text not in out.get(name, ()):
-                out.setdefault(name, []).append(text)
-    return out
-
-
-def _door_digits(spans: dict[str, list[str]]) -> str:
-    """The digits of a side's floor and room as written (12楼01 → 1201; 18 + 2 → 182), for two readings of one door."""
-    return "".join(_DIGIT_RUN.findall("".join(spans.get("floor", []) + spans.get("room", []))))
-
-
-def _floor_of_room(span: str) -> str | None:
-    """The floor a room number names (1202室 → '12', 0801 → '8'); None for a room not numbered by its floor."""
-    m = _FLOOR_ROOM.match(_normal_span(span))
-    return (m[1].lstrip("0") or None) if m else None
-
-
-_FLOOR_MARK = re.compile(r"[0-9](?:层|楼|f)")
-
-
-def _one_floor(spans: dict[str, list[str]]) -> str | None:
-    """The side's floor when it writes one floor above ground as a number with its mark (12楼 → '12'; not a bare 14
-    the tagger read as a floor), else None."""
-    if not all(_FLOOR_MARK.search(_normal_span(f)) for f in spans.get("floor", ())):
-        return None
-    values = {number_value("floor", f) for f in spans.get("floor", ())}
-    if len(values) == 1 and len(value := next(iter(values))) == 1 and value[0].isdigit():
-        return value[0]
-    return None
-
-
-def _rooms_as_doors(mine: dict[str, list[str]], theirs: dict[str, list[str]]) -> list[str] | None:
-    """``mine``'s rooms written as ``theirs`` writes a room, floor first: 12楼01 against a 1201室 with no floor of its
-    own reads as 1201 (one room, two writings). None when that does not apply."""
-    floor = _one_floor(mine)
-    if floor is None or "floor" in theirs or not mine.get("room") \
-            or not all(_floor_of_room(r) for r in theirs.get("room", ())) or not theirs.get("room"):
-        return None
-    rooms = [_SHORT_ROOM.match(_normal_span(r)) for r in mine["room"]]
-    if not all(rooms):
-        return None
-    return [f"{floor}{m[1].zfill(2)}" for m in rooms]
-
-
-# Two numbers joined by a range or list mark (830-831, 3、5), overlapping runs included (1-2-3: 1-2 and 2-3).
-_JOINED = re.compile(r"(?<![0-9])([0-9]+)[-、](?=([0-9]+)(?![0-9]))")
-
-
-def _in_range(text: str, span: str) -> bool:
-    """Whether ``span``'s number is one end of a range or list in ``text`` (830-831仓库: 831 is no room of floor 8)."""
-    number = _DIGIT_RUN.search(span)
-    if number is None:
-        return False
-    n = number[0]
-    return any(int(low) < int(high) <= int(low) + 50 and n in (low, high) for low, high in _JOINED.findall(text))
-
-
-def _floor_against_room(qa: dict, qb: dict, sa: dict[str, list[str]], sb: dict[str, list[str]]) -> tuple[str, str] | None:
-    """A floor on one side and, on the other, only rooms numbered by their floor, none of it (…3层 / …1202室):
-    (query span, candidate span); None when they agree or do not compare (a number of a range is no room)."""
-    for mine, theirs, text, flip in ((sa, sb, qb["text"], False), (sb, sa, qa["text"], True)):
-        floor = _one_floor(mine)
-        if floor is None or "floor" in theirs or not theirs.get("room") or any(_in_range(text, r) for r in theirs["room"]):
-            continue
-        floors = [_floor_of_room(r) for r in theirs["room"]]
-        if all(floors) and floor not in floors:
-            pair = ("".join(mine["floor"]), "".join(theirs["room"]))
-            return pair[::-1] if flip else pair
-    return None
-
-
-# What tells two numbers apart in a text: digit runs, a lone letter (a座, b1层, f座; not a word such as soho, nor
-# the f of a floor, 12f) and a stem before digits (甲12号). A range or list is one number for the skeleton (4-6号, 3、5栋).
-_LETTER = r"(?<![a-z])(?:[a-eg-z]|(?<![0-9])f)(?![a-z])"
-_MARKS = re.compile(rf"[0-9]+|{_LETTER}|[{_STEMS}](?=[0-9])")
-_NUMBER_GROUP = re.compile(rf"(?:{_LETTER}|[{_STEMS}])?[0-9]+(?:[-、][0-9]+)*|{_LETTER}")
-
-
-def _number_marks(parsed: dict) -> tuple[str, ...]:
-    """The numbers an address writes, in order (:data:`_MARKS` of its normalized text, leading zeros dropped)."""
-    return _runs(_MARKS, parsed["text"])
-
-
-def _runs(pattern: re.Pattern, text: str) -> tuple[str, ...]:
-    """The digit runs ``pattern`` finds in ``text`` (its group where it has one), leading zeros dropped."""
-    return tuple(run.lstrip("0") or "0" for run in pattern.findall(text))
-
-
-# A branch lane (2000弄51支弄 → 51), whatever element the tagger read it as: it reads 51支弄 as a sub-road on one
-# side and 70支弄 as a road number on the other.
-_LANE = re.compile(r"([0-9]+)支弄")
-# A village group: 3组, 第5村民小组 (normalization writes 三组 and 第五村民小组 so); not 3组团, a numbered cluster.
-_GROUP = re.compile(r"([0-9]+)(?:村民小组|村民组|小组|组)(?!团|合|织)")
-
-
-def _skeleton(parsed: dict) -> str:
-    """The address below its admin levels with every number (a range or list as one, letters and stems with it)
-    replaced by ``#``: 北山道247号 → 北山道#号, soho现代城a座1201 → soho现代城#座#."""
-    return _NUMBER_GROUP.sub("#", below_admin(parsed))
-
-
-def _group_numbers(group: str) -> tuple[str, set[int] | None]:
-    """A number of :data:`_NUMBER_GROUP` without leading zeros, and the numbers it holds when it is a range (4-6:
-    4, 5, 6) or a list (3、5: 3, 5)."""
-    group = re.sub(r"(?<![0-9])0+(?=[0-9])", "", group)
-    if m := re.fullmatch(r"([0-9]+)-([0-9]+)", group):
-        return group, set(range(int(m[1]), int(m[2]) + 1)) if int(m[2]) - int(m[1]) <= 1000 else None
-    if "、" in group and all(t.isdigit() for t in group.split("、")):
-        return group, {int(t) for t in group.split("、")}
-    return group, None
-
-
-def _groups_agree(x: str, y: str) -> bool:
-    """Two numbers at one place of one skeleton are one: equal, or a range or list holding the other's number."""
-    (x, held_x), (y, held_y) = _group_numbers(x), _group_numbers(y)
-    return x == y or bool(held_x and y.isdigit() and int(y) in held_x) or bool(held_y and x.isdigit() and int(x) in held_y)
-
-
-def _differing_numbers(qa: dict, qb: dict) -> tuple[str, str] | None:
-    """The two addresses below their admin levels are the same text but for numbers that are not one (白云拂公馆152
-    / 白云拂公馆1592): the numbers that differ, as (query, candidate); None otherwise."""
-    if _skeleton(qa) != _skeleton(qb):
-        return None
-    pairs = zip(_NUMBER_GROUP.findall(below_admin(qa)), _NUMBER_GROUP.findall(below_admin(qb)))
-    differ = [(x, y) for x, y in pairs if not _groups_agree(x, y)]
-    return ("、".join(x for x, _ in differ), "、".join(y for _, y in differ)) if differ else None
-
-
-# Conflicts read off the text rather than off the tagger's elements, and the name (rows of their own in an
-# explanation; the pair features, which read the tagger's elements, do not see them).
-TEXT_CONFLICTS = ("numbers", "lane", "group", "name")
-
-
-def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
-    """Where two parsed addresses write different numbers for the same thing: ``{element: (query, candidate)}``.
-
-    - Both write the same numbers (letters and stems included) in the same order: no conflict, however the tagger
-      split them (沁芳里682 read as building 6, room 82 on one side and building 68, room 2 on the other).
-    - A numbered element (road number, building, unit, floor, room) both sides write with no number in common
-      (:func:`numbers_agree`; an element with several spans conflicts only when no span of one side agrees with a
-      span of the other); the spans of one element joined. Road numbers count only on the same road (or where
-      neither side names one); a span the other side writes too, read there as another element, is no conflict.
-      A room numbered by its floor is compared with a floor and room written apart (1201室 ~ 12楼01), and with a
-      floor the other side writes alone (1202室 ≁ 3层: element ``floor``).
-    - Otherwise, the two addresses below their admin levels are the same text but for their numbers (白云拂公馆152
-      / 白云拂公馆1592, where the tagger reads the bare digits differently on each side): element ``numbers``.
-    - Both write a branch lane (支弄) and no lane number in common (2000弄51支弄 / 2000弄70支弄): element ``lane``,
-      read off the text, since the tagger labels these spans inconsistently; the same for a village group
-      (3组 / 5组, 第3村民小组 / 第5村民小组): element ``group``.
-
-    An element written on one side only is no conflict."""
-    marks_a, marks_b = _number_marks(qa), _number_marks(qb)
-    if marks_a == marks_b:
-        return {}
-    sa, sb = _number_spans(qa), _number_spans(qb)
-    spans_a, spans_b = ({_normal_span(t) for spans in side.values() for t in spans} for side in (sa, sb))
-    roads = [_spans(q).get("road") for q in (qa, qb)]
-    rooms = {"room": (_rooms_as_doors(sa, sb) or sa.get("room"), _rooms_as_doors(sb, sa) or sb.get("room"))}
-    out = {}
-    for name in NUMBERED:
-        mine, theirs = rooms.get(name, (sa.get(name), sb.get(name)))
-        if not mine or not theirs or any(numbers_agree(name, x, y) for x in mine for y in theirs):
-            continue
-        if name == "roadno" and (bool(roads[0]) != bool(roads[1]) or roads[0] and not _same("road", *roads)):
-            continue  # a number of another road (or of a road one side does not name): not comparable
-        if any(_normal_span(t) in spans_b for t in sa[name]) or any(_normal_span(t) in spans_a for t in sb[name]):
-            continue  # the other side writes this very span, read as another element (75号 a road number, a building)
-        composed = (rooms["room"][0] is not sa.get("room"), rooms["room"][1] is not sb.get("room"))
-        shown = [side.get("floor", []) + side[name] if name == "room" and read_with_floor else side[name]
-                 for side, read_with_floor in zip((sa, sb), composed)]
-        out[name] = ("".join(shown[0]), "".join(shown[1]))  # a room read with its floor is shown with it: 12楼02
-    if "floor" not in out and "room" not in out and (floor := _floor_against_room(qa, qb, sa, sb)):
-        out["floor"] = floor
-    basement = any(_normal_span(f).startswith("b") for f in sa.get("floor", []) + sb.get("floor", []))
-    if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") and not basement \
-            and _door_digits(sa) == _door_digits(sb):
-        out.pop("floor", None), out.pop("room", None)  # one door, split otherwise: 18 + 2 / 1层 + 82室
-    for name, pattern, unit in (("lane", _LANE, "支弄"), ("group", _GROUP, "组")):
-        found_a, found_b = _runs(pattern, qa["text"]), _runs(pattern, qb["text"])
-        if found_a and found_b and not set(found_a) & set(found_b):
-            out[name] = ("、".join(f"{n}{unit}" for n in found_a), "、".join(f"{n}{unit}" for n in found_b))
-    if not out and marks_a and marks_b and (numbers := _differing_numbers(qa, qb)):
-        out["numbers"] = numbers
-    return out
-
-
-def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = None) -> dict[str, tuple[str, str]]:
-    """Where two parsed addresses are two places: :func:`number_conflicts` (``found``, when the caller has them), and
-    element ``name`` when both name a place and the names are two places
-    (:func:`mgeo_index.query.names.name_conflict`). ``{element: (query, candidate)}``; empty when nothing
-    conflicts."""
-    out = number_conflicts(qa, qb) if found is None else found
-    if names := name_conflict(qa, qb):
-        out = {**out, "name": names}  # a new dict: ``found`` is the caller's
-    return out
-
-
-def _same(name: str, a: str, b: str) -> bool:
-    kind = "poi" if name == "subpoi" else name
-    ca, cb = _core(kind, a), _core(kind, b)
-    if name in ("poi", "subpoi"):
-        return ca in cb or cb in ca or fuzz.ratio(ca, cb) >= 70
-    if name == "village":
-        return ca.endswith(cb) or cb.endswith(ca)
-    return ca == cb or (name == "road" and (ca in cb or cb in ca))
 
 
 def compare_parsed(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = None
@@ -568,7 +243,7 @@ def compare_parsed(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None 
     Elements absent on both sides are left out. ``found``: the pair's :func:`conflicts` when the caller has them
     (the pair features pass the number conflicts alone: they read no row of the name's).
     """
-    sa, sb = _spans(qa), _spans(qb)
+    sa, sb = spans(qa), spans(qb)
     found = conflicts(qa, qb) if found is None else found
     admin_a, admin_b = qa["admin"], qb["admin"]
     rows = {}
@@ -584,7 +259,7 @@ def compare_parsed(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None 
             if name in NUMBERED and number_value(name, a) and number_value(name, b):
                 state = "agree"  # a number in common (ranges, several spans: number_conflicts)
             else:
-                state = "agree" if _same(name, a, b) else "differ"
+                state = "agree" if same(name, a, b) else "differ"
         elif a:
             state = "only_a"
         elif b:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index import files
-from mgeo_index.query import features
+from mgeo_index.query import conflicts, features
 from mgeo_index.query.labelling import label_pairs, runs_of
 from mgeo_index.catalog.reader import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import numbers as number_policy
@@ -33,7 +33,7 @@ def score_sides(cross: CrossEncoder, a: list[str], b: list[str], *, device: str 
     stacked = cross.feature_head is not None
     strict = number_policy.check_mode(numbers) == "strict"
     parsed = features.parse_distinct(a + b) if n and (explain or stacked or strict) else None
-    found = features.number_conflicts_batch(parsed[:n], parsed[n:]) if parsed and (stacked or strict) else None
+    found = conflicts.number_conflicts_batch(parsed[:n], parsed[n:]) if parsed and (stacked or strict) else None
     pair_features = features.pair_features_batch(a, b, parsed[:n], parsed[n:], found) if parsed and stacked else None
     labelled = label_pairs(cross, a, b, parsed[:n] if parsed else None, parsed[n:] if parsed else None,
                            numbers=numbers, device=device, features=pair_features, group_head=grouped,

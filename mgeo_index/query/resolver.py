@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mgeo_index import settings, store
-from mgeo_index.query import features
+from mgeo_index.query import conflicts, features
 from mgeo_index.catalog import index_json
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference
@@ -321,7 +321,7 @@ class Resolver:
         parsed_seconds = [cs[m["id"]] for (_, cs), matches in zip(parsed, results) for m in matches] if parsed else None
         # each pair's number conflicts, read by the pair features and the number policy alike
         read = bool(parsed) and (cross.feature_head is not None or numbers == "strict")
-        found = features.number_conflicts_batch(parsed_firsts, parsed_seconds) if read else None
+        found = conflicts.number_conflicts_batch(parsed_firsts, parsed_seconds) if read else None
         pair_features, settled = None, None
         if cross.feature_head is not None:
             pair_features = features.pair_features_batch(firsts, seconds, parsed_firsts, parsed_seconds, found)
