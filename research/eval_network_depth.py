@@ -28,7 +28,7 @@ from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.measure.splits import split_of
 from mgeo_index.query import resolver as resolver_module
 from mgeo_index.query.resolver import open_resolver
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.training import data
 
 CHUNK = 256
@@ -80,13 +80,13 @@ def main() -> None:
     resolver = open_resolver(args.index_dir)
     gate = dict(resolver.cross.gate or {})
     counted = {"pairs": 0}
-    network = inference._network_probabilities
+    network = labelling._network_probabilities
 
     def counting(cross, queries, candidates, features, **run):
         counted["pairs"] += len(queries)
         return network(cross, queries, candidates, features, **run)
 
-    inference._network_probabilities = counting
+    labelling._network_probabilities = counting
     pairs = data.ccks_pairs(Path(args.data)) if not args.pairs else []
     for split in args.splits:
         gold_queries, golds = read_gold_queries(args.pairs or f"{args.data}/pairs/ccks2021_train.tsv.gz", split)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.settings import LABELS
 from mgeo_index.measure.splits import split_of
@@ -46,11 +46,11 @@ def load_network(spec: str):
 def evaluate(cross, calib, dev) -> dict:
     cross.temperature, cross.decision_offsets = 1.0, None
     gold_c = np.array([g for _, _, g, _ in calib])
-    logp = np.log(np.clip(inference.score_pairs(cross, [a for a, *_ in calib], [b for _, b, *_ in calib]), 1e-12, 1))
+    logp = np.log(np.clip(labelling.score_pairs(cross, [a for a, *_ in calib], [b for _, b, *_ in calib]), 1e-12, 1))
     cross.temperature = fit_temperature(logp, gold_c)
     offsets = fit_decision_offsets(np.exp(logp / cross.temperature) / np.exp(logp / cross.temperature).sum(1, keepdims=True),
                                    gold_c, list(LABELS))
-    probs = inference.score_pairs(cross, [a for a, *_ in dev], [b for _, b, *_ in dev])
+    probs = labelling.score_pairs(cross, [a for a, *_ in dev], [b for _, b, *_ in dev])
     pred = np.argmax(np.log(np.clip(probs, 1e-12, 1)) + np.array(offsets), axis=1)
     return {"temperature": round(float(cross.temperature), 3), "offsets": [round(float(o), 2) for o in offsets],
             "dev_macro_f1": dev_report(pred, dev)}

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from mgeo_index.query import resolver as resolving
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.measure.evaluate import gold_entry_ids, read_gold_queries
 from mgeo_index.model.cross_encoder import average_heads
 from mgeo_index.model.group_head import stacked_probabilities
@@ -54,10 +54,10 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
     keep = [i for i, found in enumerate(gold_sets) if found]
     queries, gold_sets, splits = [queries[i] for i in keep], [gold_sets[i] for i in keep], [splits[i] for i in keep]
     seen: dict = {}
-    score_pairs, rerank = inference.score_pairs, resolving.Resolver._rerank
+    score_pairs, rerank = labelling.score_pairs, resolving.Resolver._rerank
 
     def scoring(cross, firsts, seconds, *, features=None, **kw):  # the pairs resolve scores, and their parts
-        seen["net"], _ = inference.component_logits(cross, firsts, seconds, features=features)
+        seen["net"], _ = labelling.component_logits(cross, firsts, seconds, features=features)
         seen["features"] = features
         return score_pairs(cross, firsts, seconds, features=features, **kw)
 
@@ -66,7 +66,7 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
         rerank(self, normalized, results, depth, parsed)
 
     out: dict[str, list] = {"query": [], "fused": [], "gold": [], "net": [], "features": []}
-    inference.score_pairs, resolving.Resolver._rerank = scoring, reranking
+    labelling.score_pairs, resolving.Resolver._rerank = scoring, reranking
     try:
         for start in range(0, len(queries), 128):
             res.resolve(queries[start : start + 128], top_k=10, rerank_depth=20)  # the network on the whole pool
@@ -77,7 +77,7 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
             out["net"].append(seen["net"])
             out["features"].append(seen["features"])
     finally:
-        inference.score_pairs, resolving.Resolver._rerank = score_pairs, rerank
+        labelling.score_pairs, resolving.Resolver._rerank = score_pairs, rerank
     return {"query": np.array(out["query"]), "fused": np.array(out["fused"]), "gold": np.array(out["gold"]),
             "net": np.concatenate(out["net"]), "features": np.concatenate(out["features"]),
             "texts": queries, "splits": np.array(splits)}

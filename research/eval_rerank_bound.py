@@ -21,6 +21,7 @@ from scipy.special import softmax
 
 from mgeo_index import AddressIndex
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.model import group_head
 from mgeo_index.measure.splits import split_of
 from mgeo_index.training import data
@@ -34,17 +35,17 @@ def main() -> None:
     args = parser.parse_args()
     queries = list(dict.fromkeys(p.a for p in data.ccks_pairs(args.data) if split_of(p.group) == "dev"))[: args.queries]
     seen = []  # (queries, candidates, features) of each scoring call resolve makes
-    score_pairs = inference.score_pairs
+    score_pairs = labelling.score_pairs
 
     def spy(cross, firsts, seconds, **kw):
         seen.append((list(firsts), list(seconds), kw.get("features")))
         return score_pairs(cross, firsts, seconds, **kw)
 
-    inference.score_pairs = spy
+    labelling.score_pairs = spy
     with AddressIndex.open(args.index_dir) as idx:
         idx.resolve(queries, top_k=10)
         cross = idx._resolver.cross
-    inference.score_pairs = score_pairs
+    labelling.score_pairs = score_pairs
     firsts = [q for call in seen for q in call[0]]
     seconds = [c for call in seen for c in call[1]]
     features = np.vstack([call[2] for call in seen])

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index import settings
-from mgeo_index.runtime.inference import component_probabilities
+from mgeo_index.query.labelling import component_probabilities
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.review.uncertainty import disagreement, margin
 from mgeo_index.settings import LABELS

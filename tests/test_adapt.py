@@ -53,7 +53,7 @@ def replay(shipped):
 
 
 def test_the_numbers_path_scores_as_the_model_does(shipped):
-    from mgeo_index.runtime.inference import score_pairs
+    from mgeo_index.query.labelling import score_pairs
 
     rows = _label_rows(_catalog()[:12])
     examples = adapt.examples_of(shipped, adapt.labelled_pairs(rows))

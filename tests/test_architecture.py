@@ -81,9 +81,9 @@ def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_runtime_imports_nothing_above_it_but_settings_files_and_features():
+def test_the_runtime_imports_nothing_above_it_but_settings_and_files():
     graph = import_graph()
-    allowed = {"mgeo_index", "mgeo_index.settings", "mgeo_index.files", "mgeo_index.query.features"}
+    allowed = {"mgeo_index", "mgeo_index.settings", "mgeo_index.files"}
     for name, imported in graph.items():
         if name.startswith("mgeo_index.runtime"):
             assert {m for m in imported if not m.startswith("mgeo_index.runtime")} <= allowed, name

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from mgeo_index import settings
 from mgeo_index.runtime import attention, inference
+from mgeo_index.query import labelling
 from mgeo_index.model.loading import load_bi, load_cross
 
 
@@ -60,9 +61,9 @@ def test_shipped_models_answer_the_same_in_any_batch(backend, one_thread):
         assert np.array_equal(inference.encode(bi, texts[i]), together[i])
     cross = load_cross(device="cpu", backend=backend)
     cross.feature_head = cross.stack = cross.gate = None  # the network's own probabilities
-    together = inference.score_pairs(cross, texts, candidates)
+    together = labelling.score_pairs(cross, texts, candidates)
     for half in halves:
-        apart = inference.score_pairs(cross, [texts[i] for i in half], [candidates[i] for i in half])
+        apart = labelling.score_pairs(cross, [texts[i] for i in half], [candidates[i] for i in half])
         assert np.abs(apart - together[half]).max() <= 1e-6
     for i in (0, 7, 150):
-        assert np.abs(inference.score_pairs(cross, texts[i : i + 1], candidates[i : i + 1])[0] - together[i]).max() <= 1e-6
+        assert np.abs(labelling.score_pairs(cross, texts[i : i + 1], candidates[i : i + 1])[0] - together[i]).max() <= 1e-6

@@ -13,6 +13,7 @@ import torch
 from mgeo_index import settings
 from mgeo_index.measure import bench
 from mgeo_index.runtime import backends, inference
+from mgeo_index.query import labelling
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -30,12 +31,12 @@ def _cache(tmp_path, monkeypatch):
 def test_backend_matches_plain_torch(tiny_model_dirs, name):
     bi_dir, cross_dir = tiny_model_dirs
     reference = inference.encode(load_bi_encoder(bi_dir), TEXTS)
-    ref_probs = inference.score_pairs(load_cross_encoder(cross_dir), TEXTS, TEXTS[::-1])
+    ref_probs = labelling.score_pairs(load_cross_encoder(cross_dir), TEXTS, TEXTS[::-1])
     bi = backends.apply(load_bi_encoder(bi_dir), name)
     cross = backends.apply(load_cross_encoder(cross_dir), name)
     assert bi.backend == cross.backend == name
     vectors = inference.encode(bi, TEXTS)
-    probs = inference.score_pairs(cross, TEXTS, TEXTS[::-1])
+    probs = labelling.score_pairs(cross, TEXTS, TEXTS[::-1])
     tolerance = {"bf16": 3e-2, "int8": 3e-2}.get(name, 1e-4)
     assert vectors.shape == reference.shape and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
     assert np.abs(vectors - reference).max() < tolerance  # same rows, same (input) order
@@ -43,7 +44,7 @@ def test_backend_matches_plain_torch(tiny_model_dirs, name):
     # one item alone gives what it gives inside a batch (dynamic batch and sequence axes for onnx; int8 scales
     # each token's activations on its own and sums exactly, so only the FP32 parts around it differ)
     assert np.abs(inference.encode(bi, TEXTS[3]) - vectors[3]).max() < 1e-4
-    assert np.abs(inference.score_pairs(cross, TEXTS[3:4], TEXTS[4:5]) - probs[3]).max() < 1e-4
+    assert np.abs(labelling.score_pairs(cross, TEXTS[3:4], TEXTS[4:5]) - probs[3]).max() < 1e-4
 
 
 @pytest.mark.slow
@@ -112,8 +113,8 @@ def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_c
     assert wide_fp32(cross.feature_head) and all(a is not b for a, b in zip(wide_fp32(cross.feature_head), wide_fp32(copied_cross.feature_head)))
     assert np.array_equal(inference.encode(bi, TEXTS), inference.encode(copied_bi, TEXTS))
     features = pair_features_batch(TEXTS, TEXTS[::-1])
-    assert np.array_equal(inference.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
-                          inference.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
+    assert np.array_equal(labelling.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
+                          labelling.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
     assert np.array_equal(cross.head_logits(features), copied_cross.head_logits(features))
     assert backends.apply(bi, name) is bi and bi.runner is None  # the same backend again: nothing to redo
     with pytest.raises(ValueError, match="load it again to run it on torch"):
@@ -122,8 +123,8 @@ def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_c
         with pytest.raises(ValueError, match="load it from its directory"):
             model.save(tmp_path / "saved")
     assert not (tmp_path / "saved").exists()
-    assert np.array_equal(inference.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
-                          inference.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
+    assert np.array_equal(labelling.score_pairs(cross, TEXTS, TEXTS[::-1], features=features),
+                          labelling.score_pairs(copied_cross, TEXTS, TEXTS[::-1], features=features))
 
 
 def test_default_cpu_backend_follows_the_cpus_instructions():

@@ -236,7 +236,7 @@ def test_admin_filter_drops_candidates_in_another_city(built):
 
 
 def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkeypatch):
-    from mgeo_index.runtime import inference as engine_mod
+    from mgeo_index.query import labelling as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)
@@ -270,7 +270,7 @@ def test_the_network_scores_only_the_prescreened_share_of_the_pool(built, monkey
 
 def test_the_network_judges_only_the_candidates_that_may_come_first(built, monkeypatch):
     from mgeo_index.query import resolver as resolver_mod
-    from mgeo_index.runtime import inference as engine_mod
+    from mgeo_index.query import labelling as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)
@@ -301,7 +301,7 @@ def test_the_network_judges_only_the_candidates_that_may_come_first(built, monke
 
 
 def test_a_features_only_scorer_ranks_the_whole_pool_without_the_network(built, monkeypatch):
-    from mgeo_index.runtime import inference as engine_mod
+    from mgeo_index.query import labelling as engine_mod
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mgeo_index import settings
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.query.features import pair_features_batch
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -30,17 +30,17 @@ def test_skipped_pairs_keep_the_feature_only_probabilities_and_the_rest_the_netw
     saved = cross.gate
     try:
         cross.gate = None
-        full = inference.score_pairs(cross, A, B)
+        full = labelling.score_pairs(cross, A, B)
         features = pair_features_batch(A, B)
         _with_gate(cross, 0.9)
         alone, skipped = cross.gate_probabilities(torch.from_numpy(features))
-        gated = inference.score_pairs(cross, A, B, features=features)
+        gated = labelling.score_pairs(cross, A, B, features=features)
         assert skipped.any() and not skipped.all()  # 广州 / 海淀 candidates are clear not-matches, the others are not
         np.testing.assert_allclose(gated[skipped], alone[skipped], atol=1e-7)
         np.testing.assert_allclose(gated[~skipped], full[~skipped], atol=1e-6)  # other batch-mates, same results
         assert (cross.decide(gated)[skipped] == cross.decide(alone)[skipped]).all()
         _with_gate(cross, 1.01)  # nothing skipped: the stacked scorer's probabilities
-        np.testing.assert_allclose(inference.score_pairs(cross, A, B), full, atol=1e-6)
+        np.testing.assert_allclose(labelling.score_pairs(cross, A, B), full, atol=1e-6)
     finally:
         cross.gate = saved
 
@@ -51,14 +51,14 @@ def test_settled_pairs_keep_the_feature_only_probabilities_whatever_the_gate_say
         _with_gate(cross, 1.01)  # the gate alone would leave every pair to the network
         features = pair_features_batch(A, B)
         alone, _ = cross.gate_probabilities(torch.from_numpy(features))
-        full = inference.score_pairs(cross, A, B, features=features)
+        full = labelling.score_pairs(cross, A, B, features=features)
         settled = np.array([False, True, False, True, True])
-        got = inference.score_pairs(cross, A, B, features=features, settled=settled)
+        got = labelling.score_pairs(cross, A, B, features=features, settled=settled)
         np.testing.assert_array_equal(got[settled], alone[settled])
         np.testing.assert_array_equal(got[~settled], full[~settled])  # the network's, the same bits in a smaller batch
         cross.gate = None  # no cascade: nothing to settle with, the mask is ignored
-        np.testing.assert_array_equal(inference.score_pairs(cross, A, B, features=features, settled=settled),
-                                      inference.score_pairs(cross, A, B, features=features))
+        np.testing.assert_array_equal(labelling.score_pairs(cross, A, B, features=features, settled=settled),
+                                      labelling.score_pairs(cross, A, B, features=features))
     finally:
         cross.gate = saved
 

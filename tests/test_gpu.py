@@ -7,6 +7,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 from mgeo_index import settings  # noqa: E402
 from mgeo_index.runtime import inference, kernels
+from mgeo_index.query import labelling
 from mgeo_index.model.bi_encoder import load_bi_encoder  # noqa: E402
 from mgeo_index.model.cross_encoder import load_cross_encoder  # noqa: E402
 
@@ -33,8 +34,8 @@ def test_fp16_engine_agrees_with_fp32():
     assert np.min(np.sum(fp32 * cpu, axis=1)) > 0.9999
     cross = load_cross_encoder(settings.DEFAULT_CROSS_MODEL).to("cuda")
     shuffled = ADDRESSES[::-1]
-    p16 = inference.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp16")
-    p32 = inference.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp32")
+    p16 = labelling.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp16")
+    p32 = labelling.score_pairs(cross, ADDRESSES, shuffled, device="cuda", precision="fp32")
     assert np.mean(p16.argmax(1) == p32.argmax(1)) > 0.98
     assert np.abs(p16 - p32).max() < 0.05
 

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
@@ -36,20 +37,20 @@ def test_encode_is_batch_invariant_and_in_input_order(tiny_model_dirs):
 
 def test_score_pairs_probabilities(tiny_model_dirs):
     cross = load_cross_encoder(tiny_model_dirs[1])
-    probs = inference.score_pairs(cross, TEXTS, TEXTS[::-1], max_tokens=100)
+    probs = labelling.score_pairs(cross, TEXTS, TEXTS[::-1], max_tokens=100)
     assert probs.shape == (5, 3)
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
-    one = inference.score_pairs(cross, TEXTS[1:2], TEXTS[::-1][1:2])
+    one = labelling.score_pairs(cross, TEXTS[1:2], TEXTS[::-1][1:2])
     np.testing.assert_allclose(one[0], probs[1], atol=1e-5)
     with pytest.raises(ValueError, match="2 queries but 1 candidates"):
-        inference.score_pairs(cross, TEXTS[:2], TEXTS[:1])
+        labelling.score_pairs(cross, TEXTS[:2], TEXTS[:1])
 
 
 def test_temperature_flattens_probabilities(tiny_model_dirs):
     cross = load_cross_encoder(tiny_model_dirs[1])
-    sharp = inference.score_pairs(cross, TEXTS, TEXTS)
+    sharp = labelling.score_pairs(cross, TEXTS, TEXTS)
     cross.temperature = 100.0
-    flat = inference.score_pairs(cross, TEXTS, TEXTS)
+    flat = labelling.score_pairs(cross, TEXTS, TEXTS)
     assert (flat.max(1) <= sharp.max(1) + 1e-6).all()
     np.testing.assert_allclose(flat, 1 / 3, atol=0.02)
 

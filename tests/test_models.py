@@ -7,6 +7,7 @@ from transformers import BertConfig, BertModel
 
 from mgeo_index import settings
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.manifest import MANIFEST, ModelError, fingerprint
@@ -61,7 +62,7 @@ def test_shipped_default_models_are_trained_and_consistent():
     metrics = json.loads((settings.DEFAULT_MODEL_DIR / "metrics.json").read_text())
     assert metrics["fingerprints"] == {"bi": bi.fingerprint, "cross": cross.fingerprint}
     # a trained model tells a same-place pair from a different-place pair
-    probs = inference.score_pairs(cross, ["北京市朝阳区建国路88号", "北京市朝阳区建国路88号"],
+    probs = labelling.score_pairs(cross, ["北京市朝阳区建国路88号", "北京市朝阳区建国路88号"],
                                ["北京朝阳建国路88号", "广州市天河区中山大道西1号"])
     exact = cross.labels.index("exact_match")
     assert probs[0, exact] > probs[1, exact]
@@ -161,13 +162,13 @@ def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
 
     cross.model.forward = forbidden
     a, b = ["北京市朝阳区建国路88号", "深圳南山中山路75号"], ["北京朝阳建国路88号", "广州市天河区中山大道西1号"]
-    probs = inference.score_pairs(cross, a, b)
+    probs = labelling.score_pairs(cross, a, b)
     with torch.no_grad():
         expected = torch.softmax(1.3 * cross.feature_head(torch.from_numpy(pair_features_batch(a, b))) + torch.tensor([0.1, 0.0, -0.1]), -1)
     np.testing.assert_allclose(probs, expected.numpy(), atol=1e-6)
     cross.stack["alpha"] = 0.5
     with pytest.raises(AssertionError, match="the transformer ran"):
-        inference.score_pairs(cross, a, b)
+        labelling.score_pairs(cross, a, b)
 
 
 LONG_PAIR = ("上海市浦东新区张江高科技园区碧波路690号" * 6, "浦东张江碧波路690号张江微电子港" * 7)

@@ -14,6 +14,7 @@ from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.model import numpy_backend
 from mgeo_index.runtime import backends, inference, quant
+from mgeo_index.query import labelling
 
 BI, CROSS = settings.bi_model_path(None), settings.cross_model_path(None, "default")
 QUERIES = ["北京市朝阳区建国路88号", "杭州西湖文三路478号华星时代广场A座1201室", "深圳南山", "浙江省宁波市海曙区中山西路2号"]
@@ -48,7 +49,7 @@ def test_networks_compute_what_the_torch_backend_computes(backend, tolerance):
     cross.gate = None  # every pair through the network
     mine = numpy_backend.CrossEncoder(CROSS, kind)
     mine.gate = None
-    theirs, got = inference.score_pairs(cross, QUERIES, CANDIDATES), inference.score_pairs(mine, QUERIES, CANDIDATES)
+    theirs, got = labelling.score_pairs(cross, QUERIES, CANDIDATES), labelling.score_pairs(mine, QUERIES, CANDIDATES)
     assert np.abs(got - theirs).max() < tolerance
     assert list(mine.decide(got)) == list(cross.decide(theirs))
     assert mine.labels == cross.labels and mine.fingerprint == cross.fingerprint

@@ -8,6 +8,7 @@ import pytest
 
 from mgeo_index import settings
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.model.bi_encoder import load_bi_encoder
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.settings import LABELS
@@ -80,7 +81,7 @@ def test_train_writes_loadable_models_and_metrics_and_resumes(tiny_data, tmp_pat
         assert 0.0 <= metrics[name]["macro_f1"] <= 1.0 and metrics[name]["n"] > 0
     assert metrics["stages"]["mlm"]["steps"] >= 1 and metrics["stages"]["cross"]["steps"] >= 1
     assert 0 <= metrics["ccks_dev_retrieval"]["recall@10"] <= 1
-    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    probs = labelling.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
     assert json.loads((cfg.out / "metrics.json").read_text())["config"]["hidden"] == 32
 
@@ -158,7 +159,7 @@ def test_teacher_trains_resumes_and_exports_a_loadable_cross_encoder(tiny_data, 
     assert longer["mlm"]["steps"] > record["mlm"]["steps"]
     cross = load_cross_encoder(tmp_path / "export")
     assert cross.model.config.num_hidden_layers == 2 and cross.temperature > 0
-    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    probs = labelling.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
 
 
@@ -333,7 +334,7 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
     # the teacher's depth and widths are read off its weights
     assert (cross.model.config.num_hidden_layers, cross.model.config.hidden_size, cross.model.config.intermediate_size) == (3, 128, 256)
     assert not (tmp_path / "out" / "cross_checkpoint.pt").exists()  # nothing trained
-    probs = inference.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    probs = labelling.score_pairs(cross, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-5
     with pytest.raises(SystemExit):  # --export-from without --export is refused
         main(["--data", str(tiny_data), "--export-from", str(tmp_path / "cross-snapshot.safetensors")])
@@ -345,7 +346,7 @@ def test_teacher_weights_export_without_training(tiny_data, tmp_path):
     subprocess.run([sys.executable, str(script), str(tmp_path / "exported")], check=True, capture_output=True)
     quantized = load_cross_encoder(tmp_path / "exported")
     assert quantized.fingerprint != cross.fingerprint
-    again = inference.score_pairs(quantized, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
+    again = labelling.score_pairs(quantized, ["北京朝阳建国路8号"], ["北京市朝阳区建国路8号"])
     assert abs(again - probs).max() < 0.02
 
 

@@ -22,6 +22,7 @@ import torch
 
 from mgeo_index import settings
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.runtime.plan import torch_plan
 from mgeo_index.text import normalize
 
@@ -231,7 +232,7 @@ def network_scores(cross, first: Sequence[str], second: Sequence[str]) -> np.nda
     """The cross-encoder network alone (the stacked feature head costs the same per pair on every side)."""
     head, cross.feature_head = getattr(cross, "feature_head", None), None
     try:
-        return inference.score_pairs(cross, first, second)
+        return labelling.score_pairs(cross, first, second)
     finally:
         cross.feature_head = head
 

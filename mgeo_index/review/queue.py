@@ -170,7 +170,7 @@ def score_items(index: "AddressIndex", rows: Sequence[Row], *, top_k: int = CAND
     name, as its job resolved it), its margin (over the candidates' probabilities in ranked order) and the network /
     feature-head disagreement on its best candidate. An item's ``query_normalized`` is the text the scorer read (the
     address with its name after it): what a decision labels, and the key reviewers' confirmations are found by."""
-    from mgeo_index.runtime.inference import component_probabilities
+    from mgeo_index.query.labelling import component_probabilities
 
     version = model_version(index)
     resolver = index.resolver

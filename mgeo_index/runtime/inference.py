@@ -187,114 +187,21 @@ def encode(
     return vectors[0] if single else vectors
 
 
-def score_pairs(
-    cross,
-    queries: Sequence[str],
-    candidates: Sequence[str],
-    *,
-    device: str | None = None,
-    precision: str | None = None,
-    max_tokens: int | None = None,
-    max_batch: int = 512,
-    on_batch: Callable[[int], None] | None = None,
-    features: np.ndarray | None = None,
-    settled: np.ndarray | None = None,
-) -> np.ndarray:
-    """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order.
-
-    ``features``: the pairs' :func:`~mgeo_index.query.features.pair_features_batch` rows, if the caller has them
-    (a stacked cross-encoder needs them; computed here otherwise). ``settled``: a mask of pairs the caller has no
-    use for the network's finer opinion on (``resolve``'s candidates far behind a query's best): with a cascade
-    they keep the feature-only probabilities as the pairs its gate decides do; without one it is ignored."""
+def pair_outputs(cross, queries: Sequence[str], candidates: Sequence[str], *, output: str = "logits",
+                 device: str | None = None, precision: str | None = None, max_tokens: int | None = None,
+                 max_batch: int = 512, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """The cross-encoder network's ``logits`` (n, 3), or its ``probabilities`` at the model's temperature, on every
+    pair: no feature head, no cascade (those are the labelling chain's: :mod:`mgeo_index.query.labelling`)."""
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
-    if not queries:
-        return np.empty((0, len(cross.labels)), dtype=np.float32)
-    stacked = getattr(cross, "feature_head", None) is not None
-    if stacked and not cross.uses_network:  # the feature head alone: the transformer has no weight
-        zeros = np.zeros((len(queries), len(cross.labels)), dtype=np.float32)
-        logits = cross.stacked_logits(zeros, list(queries), list(candidates), features)
-        if on_batch is not None:
-            on_batch(len(queries))
-        return cross.probabilities(logits)
-    run = dict(device=device, precision=precision, max_tokens=max_tokens, max_batch=max_batch, on_batch=on_batch)
-    if stacked and getattr(cross, "gate", None) is not None:
-        # the cascade: pairs the feature-only scorer decides clearly keep its probabilities; the network
-        # scores the others
-        from mgeo_index.query.features import pair_features_batch
-
-        if features is None:
-            features = pair_features_batch(list(queries), list(candidates))
-        out, decided = cross.gate_probabilities(features)
-        if settled is not None:
-            decided = decided | np.asarray(settled, dtype=bool)
-        rest = np.flatnonzero(~decided)
-        if on_batch is not None and len(rest) < len(queries):
-            on_batch(len(queries) - len(rest))
-        if len(rest):
-            out[rest] = _network_probabilities(cross, [queries[i] for i in rest], [candidates[i] for i in rest],
-                                               features[rest], **run)
-        return out
-    return _network_probabilities(cross, list(queries), list(candidates), features, **run)
-
-
-def _network_probabilities(cross, queries: list[str], candidates: list[str], features: np.ndarray | None,
-                           **run) -> np.ndarray:
-    """The network's probabilities, stacked with the feature head when the model has one."""
-    stacked = getattr(cross, "feature_head", None) is not None
-    out = _run(
-        cross,
-        cross.tokenizer,
-        list(queries),
-        list(candidates),
-        max_length=cross.max_length,
-        # plain model: softmax on the device; stacked: raw logits, combined with the features below
-        output="logits" if stacked else "probabilities",
-        temperature=cross.temperature,
-        **run,
-    )
-    if stacked:
-        out = cross.probabilities(cross.stacked_logits(out, list(queries), list(candidates), features))
-    return out
+    return _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length, output=output,
+                device=device, precision=precision, max_tokens=max_tokens, max_batch=max_batch, on_batch=on_batch,
+                temperature=cross.temperature)
 
 
 def network_logits(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None) -> np.ndarray:
     """The cross-encoder network's raw logits (n, 3) at temperature 1 on every pair: no feature head, no cascade."""
-    return _run(cross, cross.tokenizer, list(queries), list(candidates), max_length=cross.max_length,
-                output="logits", device=device, precision=None, max_tokens=None,
-                max_batch=512, on_batch=None)
-
-
-def component_logits(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
-                     features: np.ndarray | None = None) -> list[np.ndarray]:
-    """The raw logits a stacked cross-encoder combines, each (n, 3): the network's (:func:`network_logits`), then
-    its feature head's when it has one (``features``: the pairs' pair_features_batch rows, computed if None)."""
-    network = network_logits(cross, queries, candidates, device=device)
-    if getattr(cross, "feature_head", None) is None:
-        return [network]
-    from mgeo_index.query.features import pair_features_batch
-
-    if features is None:
-        features = pair_features_batch(list(queries), list(candidates))
-    return [network, cross.head_logits(features)]
-
-
-def component_probabilities(cross, queries: Sequence[str], candidates: Sequence[str], *, device: str | None = None,
-                            features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """The two opinions a stacked cross-encoder combines, each calibrated on its own: the network alone
-    (softmax of its logits at the fitted temperature) and the feature head alone (the cascade's
-    feature-only fit, else ``beta · head + bias``); (n, 3) each, the second None without a feature head.
-    The review queue orders items by how much these disagree."""
-    network = cross.probabilities(network_logits(cross, queries, candidates, device=device), cross.temperature)
-    if getattr(cross, "feature_head", None) is None:
-        return network, None
-    from mgeo_index.query.features import pair_features_batch
-
-    if features is None:
-        features = pair_features_batch(list(queries), list(candidates))
-    if getattr(cross, "gate", None) is not None:
-        return network, cross.gate_probabilities(features)[0]
-    return network, cross.probabilities(cross.feature_logits(features))
+    return pair_outputs(cross, queries, candidates, device=device)
 
 
 def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:

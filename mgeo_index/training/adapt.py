@@ -86,7 +86,7 @@ class Replay:
 def network_logits(cross: CrossEncoder, a: list[str], b: list[str], features: np.ndarray | None = None) -> np.ndarray:
     """The network's logits for normalized pairs, up to a per-row constant (``T · log p`` of its
     temperature-scaled probabilities): the stack's softmax does not see the constant."""
-    from mgeo_index.runtime.inference import component_probabilities
+    from mgeo_index.query.labelling import component_probabilities
 
     if not a:
         return np.empty((0, len(LABELS)), dtype=np.float32)
@@ -229,7 +229,7 @@ def holdout_split(queries: list[str], *, seed: int = 0, share: float = HOLDOUT) 
 
 
 def probabilities(cross: CrossEncoder, logits: np.ndarray, features: np.ndarray) -> np.ndarray:
-    """What :func:`mgeo_index.runtime.inference.score_pairs` gives for these pairs, from their numbers: the stack,
+    """What :func:`mgeo_index.query.labelling.score_pairs` gives for these pairs, from their numbers: the stack,
     and the cascade's feature-only probabilities where its gate decides."""
     x = np.ascontiguousarray(features, dtype=np.float32)
     out = cross.probabilities(np.float32(cross.stack["alpha"]) * np.asarray(logits, dtype=np.float32)

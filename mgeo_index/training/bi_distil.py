@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from mgeo_index import settings
 from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.measure.evaluate import evaluate_dense_retrieval
 from mgeo_index.files import replace_atomic, write_json_atomic
 from mgeo_index.model.bi_encoder import BiEncoder, load_bi_encoder
@@ -172,7 +173,7 @@ def mine_pools(cfg: DistilConfig, bi: BiEncoder, cross) -> dict[str, np.ndarray]
     for start in range(0, len(q_idx), chunk):
         part = chunks / f"{start:08d}-{len(q_idx)}.npy"
         if not part.exists():
-            scored = inference.score_pairs(cross, [queries[i][1] for i in q_idx[start : start + chunk]],
+            scored = labelling.score_pairs(cross, [queries[i][1] for i in q_idx[start : start + chunk]],
                                            [documents[j] for j in d_idx[start : start + chunk]])
             replace_atomic(part, lambda tmp, s=scored: _save_arrays(tmp, s.astype(np.float32)))
             cfg.log(f"[pools] scored {min(start + chunk, len(q_idx))} of {len(q_idx)} pairs "

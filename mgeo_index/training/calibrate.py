@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.query.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS
@@ -44,7 +44,7 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
 def pair_logits(cross: CrossEncoder, examples) -> np.ndarray:
     """The network's logits (temperature 1, no feature head) for (a, b, gold) examples."""
     saved, cross.temperature = cross.temperature, 1.0
-    probs = inference.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    probs = labelling.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
     cross.temperature = saved
     return np.log(np.clip(probs, 1e-12, None))  # log-softmax = logits up to a per-row constant
 
@@ -247,7 +247,7 @@ def fit_decision_offsets(probs: np.ndarray, gold: np.ndarray, labels, grid=np.ar
 
 def fit_decision(cross: CrossEncoder, examples: list[tuple[str, str, int]]) -> None:
     """Set ``cross.decision_offsets`` (each pair alone) from held-out (a, b, LABELS index) examples."""
-    probs = inference.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
+    probs = labelling.score_pairs(cross, [normalize(a) for a, _, _ in examples], [normalize(b) for _, b, _ in examples])
     gold = np.array([cross.labels.index(LABELS[g]) for *_, g in examples])
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mgeo_index.runtime import inference
+from mgeo_index.query import labelling
 from mgeo_index.query.features import pair_features_batch
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
@@ -106,7 +106,7 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
     boosters, rows = train_trees(cross, group_pairs, seed=seed)
     head = GroupHead(boosters, [], [], [], list(cross.labels))
     stack_rows, a, b, features, x, gold = _described(cross, stack_pairs, held_out)
-    columns = [head.tree_logits(x), *inference.component_logits(cross, a, b, features=features)]
+    columns = [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
     decision_rows = _decision_rows(stack_rows, decision_sources)
     head.weights, head.bias, head.decision_offsets = _fit_decision(columns, gold, decision_rows, cross.labels)
     probs = stacked_probabilities(head.weights, head.bias, columns)
@@ -159,7 +159,7 @@ def refit_group_gate(cross_dir: Path, data_dir: Path, **kwargs) -> dict:
     cross = load_cross_encoder(cross_dir)
     head = cross.group_head
     _, a, b, features, x, gold = _described(cross, group_head_pairs(data_dir)[1], tuple(head.stats["held_out"]))
-    columns = [head.tree_logits(x), *inference.component_logits(cross, a, b, features=features)]
+    columns = [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
     gate = fit_group_gate(head, columns, gold, cross.labels.index("exact_match"), **kwargs).manifest()
     manifest = {k: v for k, v in read_manifest(cross_dir, KIND).items() if k != "versions"}
     write_manifest(cross_dir, manifest | {"group_head": manifest["group_head"] | {"gate": gate}})
@@ -179,10 +179,10 @@ def cross_validate(cross: CrossEncoder, stack_pairs: list[data.Pair], *, held_ou
     way). ``{"group": {source: macro-F1, …, "per_seed_round2": […], "round2_accuracy": …, "round2_f1_by_label": {…}},
     "pairwise": {…}}``."""
     rows, a, b, features, x, gold = _described(cross, stack_pairs, held_out)
-    network, head = inference.component_logits(cross, a, b, features=features)
+    network, head = labelling.component_logits(cross, a, b, features=features)
     variants = {
         "group": [cross.group_head.tree_logits(x), network, head],
-        "pairwise": [np.log(np.clip(inference.score_pairs(cross, a, b, features=features), 1e-12, 1.0))],
+        "pairwise": [np.log(np.clip(labelling.score_pairs(cross, a, b, features=features), 1e-12, 1.0))],
     }
     decision_rows = _decision_rows(rows, decision_sources)
     source = np.array([p.source for p in rows])

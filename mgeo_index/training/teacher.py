@@ -504,11 +504,11 @@ class _Backpropagated:
 
 
 def calib_loss(model, tokenizer, examples, weights: torch.Tensor, max_length: int, device: str = "cpu") -> float:
-    from mgeo_index.runtime import inference
+    from mgeo_index.query import labelling
 
     model.eval()
     cross = CrossEncoder(model, tokenizer, max_length=max_length)
-    probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device=device)
+    probs = labelling.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device=device)
     gold = torch.tensor([g for *_, g in examples])
     return float(F.nll_loss(torch.log(torch.tensor(probs).clamp_min(1e-12)), gold, weight=weights.cpu()))
 
@@ -543,7 +543,7 @@ def architecture_of(state: dict) -> dict:
 def stage_export(cfg: TeacherConfig, cross: CrossEncoder | Path, target: Path) -> dict:
     """FP16 copy of the teacher (a loaded network, or the folder of one) with its temperature and decision offsets
     (network alone) in ``target``."""
-    from mgeo_index.runtime import inference
+    from mgeo_index.query import labelling
     from mgeo_index.model.cross_encoder import load_cross_encoder
 
     if not isinstance(cross, CrossEncoder):
@@ -551,10 +551,10 @@ def stage_export(cfg: TeacherConfig, cross: CrossEncoder | Path, target: Path) -
     examples = [(normalize(p.a), normalize(p.b), LABELS.index(p.label)) for p in data.ccks_pairs(cfg.data_dir)
                 if split_of(p.group) == "calib"]
     cross.temperature = 1.0
-    probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
+    probs = labelling.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
     gold = np.array([g for *_, g in examples])
     cross.temperature = fit_temperature(np.log(np.clip(probs, 1e-12, None)), gold)
-    probs = inference.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
+    probs = labelling.score_pairs(cross, [a for a, _, _ in examples], [b for _, b, _ in examples], device="cpu")
     cross.decision_offsets = fit_decision_offsets(probs, gold, cross.labels)
     cross.save(target, half=True)
     stats = {"temperature": cross.temperature, "decision_offsets": cross.decision_offsets,
