@@ -132,6 +132,40 @@ class Resolver:
         vectors = inference.encode(self.bi, normalized, device=self.device)
         reranking = rerank and self.cross is not None
         depth = top_k * POOL_FACTOR if reranking else top_k  # the reranker sees a deeper pool
+        candidates = self._retrieve(normalized, vectors, depth, retrieval)
+        needs_parses = reranking and (self.cross.feature_head is not None or numbers == "strict")  # stacked scorer, policy
+        query_parses = None
+        if admin_filter or explain or needs_parses:
+            query_parses = list(parses) if parses is not None else parse(normalized)
+            query_parses = [p | {"name": n} if n else p for p, n in zip(query_parses, names)]
+        if admin_filter:
+            candidates = self._same_admin(query_parses, candidates)
+        results = self._matches(normalized, vectors, candidates)
+        # per query: (its parse, {entry id: parse}), for the stacked scorer, the number policy and explanations
+        parsed = self._parses(query_parses, results) if explain or needs_parses else None
+        if reranking:
+            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth), parsed,
+                         numbers)
+        for matches in results:
+            del matches[top_k:]
+            for m in matches:
+                m.pop("_fused")
+        if explain:
+            for (query, candidates), matches in zip(parsed, results):
+                for m in matches:
+                    m["explain"] = features.explain_parsed(query, candidates[m["id"]])
+        for matches in results:
+            for m in matches:
+                m.pop("_normalized")
+        if confirmed:
+            results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, rerank=rerank)
+        return results
+
+    def _retrieve(self, normalized: list[str], vectors: np.ndarray, depth: int,
+                  retrieval: str) -> list[list[tuple[int, float]]]:
+        """Each query's ``depth`` best entries with their fused retrieval score, best first: the dense ranking, the
+        character n-gram ranking of the whole query and of its core (the query without its admin levels), fused by
+        weighted reciprocal rank (``retrieval``: which of them)."""
         rankings, weights = [], []
         if retrieval != "sparse":
             rankings.append(vector_store.search(self.index, vectors, depth)[1])
@@ -147,14 +181,12 @@ class Resolver:
                     core_ranking[changed] = self.sparse.search([cores[i] for i in changed], depth)[1]
                 rankings.append(core_ranking)
                 weights.append(CORE_WEIGHT)
-        candidates = sparse_index.fuse(rankings, depth, weights)
-        needs_parses = reranking and (self.cross.feature_head is not None or numbers == "strict")  # stacked scorer, policy
-        query_parses = None
-        if admin_filter or explain or needs_parses:
-            query_parses = list(parses) if parses is not None else parse(normalized)
-            query_parses = [p | {"name": n} if n else p for p, n in zip(query_parses, names)]
-        if admin_filter:
-            candidates = self._same_admin(query_parses, candidates)
+        return sparse_index.fuse(rankings, depth, weights)
+
+    def _matches(self, normalized: list[str], vectors: np.ndarray,
+                 candidates: list[list[tuple[int, float]]]) -> list[list[dict]]:
+        """Each query's retrieved entries as matches: the stored entry, its dense cosine with the query, and for the
+        reranker its normalized text (``_normalized``) and its fused score relative to the query's best (``_fused``)."""
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
         stored = vector_store.stored_vectors(self.index, sorted(entries))  # one read for the batch's candidates
         results: list[list[dict]] = []
@@ -177,24 +209,6 @@ class Resolver:
                     for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row], stored))
                 ]
             )
-        # per query: (its parse, {entry id: parse}), for the stacked scorer, the number policy and explanations
-        parsed = self._parses(query_parses, results) if explain or needs_parses else None
-        if reranking:
-            self._rerank(normalized, results, max(top_k, RERANK_DEPTH if rerank_depth is None else rerank_depth), parsed,
-                         numbers)
-        for matches in results:
-            del matches[top_k:]
-            for m in matches:
-                m.pop("_fused")
-        if explain:
-            for (query, candidates), matches in zip(parsed, results):
-                for m in matches:
-                    m["explain"] = features.explain_parsed(query, candidates[m["id"]])
-        for matches in results:
-            for m in matches:
-                m.pop("_normalized")
-        if confirmed:
-            results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, rerank=rerank)
         return results
 
     def apply_confirmations(self, normalized: Sequence[str], results: list[list[dict]], *, top_k: int,
