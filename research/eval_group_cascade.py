@@ -24,8 +24,7 @@ from mgeo_index import settings
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import load_cross_encoder
 from mgeo_index.model.group_head import stacked_probabilities
-from mgeo_index.query import labelling
-from mgeo_index.training.group import _described, fit_group_gate, group_head_pairs
+from mgeo_index.training.group import fit_group_gate, group_head_pairs, held_out_columns
 
 
 def macro_f1(gold: np.ndarray, decided: np.ndarray, labels) -> float:
@@ -47,8 +46,7 @@ def main() -> None:
     _, stack_pairs = group_head_pairs(args.data)
 
     def columns(splits):
-        rows, a, b, features, x, gold = _described(cross, stack_pairs, splits)
-        return rows, gold, [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
+        return held_out_columns(cross, head, stack_pairs, splits)
 
     _, fit_gold, fit_columns = columns(tuple(head.stats["held_out"]))
     gates = {agreement: fit_group_gate(head, fit_columns, fit_gold, exact, agreement=agreement, max_exact=args.cap)

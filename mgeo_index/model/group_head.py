@@ -109,6 +109,15 @@ def stacked_probabilities(weights: Sequence[float], bias: Sequence[float], colum
     return e / e.sum(1, keepdims=True)
 
 
+def settles(probs: np.ndarray, offsets: Sequence[float], exact: int, max_exact: float,
+            min_probability: float) -> np.ndarray:
+    """The gate's rule on network-free probabilities: the label (``offsets``) is not ``exact``, P(exact) is under
+    ``max_exact`` and the label's probability is at least ``min_probability``."""
+    label = decide(probs, offsets)
+    sure = probs[np.arange(len(probs)), label] >= min_probability
+    return sure & (label != exact) & (probs[:, exact] < max_exact)
+
+
 @dataclass(frozen=True)
 class GroupGate:
     """Which pairs the group head labels without the network: the stack of the trees' and the feature head's
@@ -127,9 +136,7 @@ class GroupGate:
               exact: int) -> tuple[np.ndarray, np.ndarray]:
         """(network-free probabilities (n, 3), whether each pair is settled by them), row by row."""
         probs = stacked_probabilities(self.weights, self.bias, [trees, feature_head])
-        label = decide(probs, offsets)
-        sure = probs[np.arange(len(probs)), label] >= self.min_probability
-        return probs, sure & (label != exact) & (probs[:, exact] < self.max_exact)
+        return probs, settles(probs, offsets, exact, self.max_exact, self.min_probability)
 
     def manifest(self) -> dict:
         return {"weights": self.weights, "bias": self.bias, "min_probability": self.min_probability,

@@ -18,7 +18,7 @@ from mgeo_index.query import labelling
 from mgeo_index.query.features import pair_features_batch
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
-from mgeo_index.model.group_head import (ROUNDS, SEEDS, GroupGate, GroupHead, decide, group_features,
+from mgeo_index.model.group_head import (ROUNDS, SEEDS, GroupGate, GroupHead, decide, group_features, settles,
                                          stacked_probabilities, train_booster)
 from mgeo_index.measure.splits import split_of
 from mgeo_index.model.decision import GATE_MAX_EXACT
@@ -63,6 +63,13 @@ def _described(cross: CrossEncoder, pairs: list[data.Pair], splits: tuple[str, .
     return rows, a, b, features, group_features(features, b, a), gold
 
 
+def held_out_columns(cross: CrossEncoder, head: GroupHead, pairs: list[data.Pair], splits: tuple[str, ...]):
+    """(the pairs of ``splits``, their gold label indices, the logit columns ``head`` stacks: its trees', the
+    network's, the feature head's)."""
+    rows, a, b, features, x, gold = _described(cross, pairs, splits)
+    return rows, gold, [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
+
+
 def _fit_decision(columns: list[np.ndarray], gold: np.ndarray, decision_rows: np.ndarray, labels) -> tuple[list, list, list]:
     """(weights, bias, decision offsets): the stack of ``columns`` by NLL on every row, the offsets for macro-F1
     on ``decision_rows``."""
@@ -105,8 +112,7 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
         return None
     boosters, rows = train_trees(cross, group_pairs, seed=seed)
     head = GroupHead(boosters, [], [], [], list(cross.labels))
-    stack_rows, a, b, features, x, gold = _described(cross, stack_pairs, held_out)
-    columns = [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
+    stack_rows, gold, columns = held_out_columns(cross, head, stack_pairs, held_out)
     decision_rows = _decision_rows(stack_rows, decision_sources)
     head.weights, head.bias, head.decision_offsets = _fit_decision(columns, gold, decision_rows, cross.labels)
     probs = stacked_probabilities(head.weights, head.bias, columns)
@@ -124,10 +130,8 @@ def gate_threshold(full: np.ndarray, free: np.ndarray, offsets, exact: int, max_
     """The lowest network-free label probability (a 0.005 grid from 0.5) at which settling pairs by the
     network-free probabilities ``free`` keeps the labels of ``full`` on at least ``agreement`` of the pairs."""
     shipped, label = decide(full, offsets), decide(free, offsets)
-    confidence = free[np.arange(len(free)), label]
-    candidates = (label != exact) & (free[:, exact] < max_exact)
     for t in np.arange(100, 201) / 200:  # 0.5, 0.505, …, 1.0, each as its decimal reads
-        if np.mean(np.where(candidates & (confidence >= t), label, shipped) == shipped) >= agreement:
+        if np.mean(np.where(settles(free, offsets, exact, max_exact, t), label, shipped) == shipped) >= agreement:
             return float(t)
     return 1.0
 
@@ -158,8 +162,7 @@ def refit_group_gate(cross_dir: Path, data_dir: Path, **kwargs) -> dict:
 
     cross = load_cross_encoder(cross_dir)
     head = cross.group_head
-    _, a, b, features, x, gold = _described(cross, group_head_pairs(data_dir)[1], tuple(head.stats["held_out"]))
-    columns = [head.tree_logits(x), *labelling.component_logits(cross, a, b, features=features)]
+    _, gold, columns = held_out_columns(cross, head, group_head_pairs(data_dir)[1], tuple(head.stats["held_out"]))
     gate = fit_group_gate(head, columns, gold, cross.labels.index("exact_match"), **kwargs).manifest()
     manifest = {k: v for k, v in read_manifest(cross_dir, KIND).items() if k != "versions"}
     write_manifest(cross_dir, manifest | {"group_head": manifest["group_head"] | {"gate": gate}})
