@@ -518,7 +518,7 @@ def test_the_server_loads_and_confirms_aside_with_one_torch_thread_and_leaves_th
     torch thread and leaves the count as it found it."""
     import torch
 
-    from mgeo_index.service.app import aside
+    from mgeo_index.service.lifecycle import aside
 
     real = loader.open_resolver
     seen = []

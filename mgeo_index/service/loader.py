@@ -74,7 +74,7 @@ def load(index_dir: str | Path, *, db=None, model=None, cross_model=None, device
          profile=None) -> Loaded:
     """Open the index directory (always with the reranker: /v1/match needs it; ``numbers``: the number policy of
     resolve and match answers, default the index's). Warm it up before use, on the thread that computes batches (the
-    server loads it aside: :func:`mgeo_index.service.app.aside`)."""
+    server loads it aside: :func:`mgeo_index.service.lifecycle.aside`)."""
     resolver = open_resolver(index_dir, db=db, model=model, cross_model=cross_model, device=device, rerank=True,
                              numbers=numbers, profile=profile)
     return Loaded(resolver=resolver, version=descriptor_version(resolver.descriptor))
