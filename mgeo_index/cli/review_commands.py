@@ -62,22 +62,13 @@ def review(
         if serve:
             check_port_free(host, port)
         from mgeo_index import AddressIndex
-        from mgeo_index.review.queue import open_queue, queue_name
+        from mgeo_index.review.queue import queue_name
 
         queue_name(job=job, file=file)  # a missing file is said before the models load
 
         index = AddressIndex.open(index_dir, db=db, model=model, cross_model=cross_model, device=device, backend=backend,
                                   profile=profile)
-        with progress() as bar:
-            tasks: dict[str, int] = {}
-
-            def on_progress(step: str, advance: int, total: int) -> None:
-                if step not in tasks:
-                    tasks[step] = bar.add_task("Scoring queries" if step == "score" else "Re-scoring (model changed)",
-                                               total=total)
-                bar.update(tasks[step], advance=advance)
-
-            info = open_queue(index, job=job, file=file, below=below, top_k=top_k, on_progress=on_progress)
+        info = _open_queue(index, job=job, file=file, below=below, top_k=top_k)
     counts = info.counts
     err.print(f"Queue {escape(info.name)}: {counts['total']} items ({info.added} new, {info.rescored} re-scored), "
               f"{counts['pending']} pending, {counts['decided']} decided, {counts['skipped']} skipped; "
@@ -95,3 +86,20 @@ def review(
     # forwarded headers only from the proxies named (uvicorn would otherwise trust any local client's)
     uvicorn.run(application, host=host, port=port, log_level=log_level, proxy_headers=forwarded_allow_ips is not None,
                 forwarded_allow_ips=forwarded_allow_ips)
+
+
+def _open_queue(index, **queue):
+    """The review queue built or refreshed (:func:`mgeo_index.review.queue.open_queue`), with a progress bar a
+    step: scoring the queries, re-scoring when the model changed."""
+    from mgeo_index.review.queue import open_queue
+
+    with progress() as bar:
+        tasks: dict[str, int] = {}
+
+        def on_progress(step: str, advance: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = bar.add_task("Scoring queries" if step == "score" else "Re-scoring (model changed)",
+                                           total=total)
+            bar.update(tasks[step], advance=advance)
+
+        return open_queue(index, on_progress=on_progress, **queue)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from fastapi import FastAPI, Form, Request
+from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -220,6 +220,9 @@ def _environment() -> Environment:
     return env
 
 
+ENVIRONMENT = _environment()
+
+
 def explain_rows(explain: dict | None) -> list[dict]:
     """The per-element comparison of a candidate in the parser's element order: element, state, the
     query's and the candidate's (standardized) values."""
@@ -249,139 +252,166 @@ def item_view(item: dict) -> dict:
 
 def create_app(state: ReviewState, *, allowed_hosts: Sequence[str] | None = None) -> FastAPI:
     """The review app over ``state``. ``allowed_hosts``: Host header values accepted (None: any)."""
-    env = _environment()
     app = FastAPI(title="mgeo-index review", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.review = state
+    app.state.allowed_hosts = allowed_hosts
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if not host_allowed(request.headers, allowed_hosts):
-            return _secured(Response("unknown Host header", 400, media_type="text/plain"))
-        if request.method == "POST" and not same_origin(request.headers):
-            return _secured(Response("cross-origin form posts are refused", 403, media_type="text/plain"))
-        # a client that sent too many wrong keys may not try more (a key, a login); a live session (its login came
-        # before) and the health check go on: one client's wrong keys lock out no reviewer
-        wait = state.throttle.retry_after(_client(request)) if state.keys and request.url.path != "/healthz" else 0
-        if wait and state.session_reviewer(request) is None:
-            return _secured(Response(f"too many wrong keys; try again in {wait} s", 429, media_type="text/plain",
-                                     headers={"Retry-After": str(wait)}))
-        return _secured(await call_next(request))
-
-    def render(name: str, status: int = 200, **context) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(title=state.title, **context), status_code=status)
-
-    def wants_json(request: Request) -> bool:
-        return "application/json" in request.headers.get("accept", "")
-
-    def answer(request: Request, status: int, message: str, kind: str = "error", **extra) -> Response:
-        """A JSON answer with ``status`` for API clients; for a browser, back to the page with the message."""
-        if wants_json(request):
-            return JSONResponse({"detail" if kind == "error" else "message": message, **extra}, status_code=status)
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(FLASH_COOKIE, quote(json.dumps({"kind": kind, "text": message}, ensure_ascii=False)),
-                            max_age=60, httponly=True, samesite="strict")
-        return response
-
-    def unauthorized(request: Request) -> Response:
-        headers = request.headers
-        if headers.get("x-api-key") is not None or headers.get("authorization") or request.cookies.get(SESSION_COOKIE):
-            state.throttle.failed(_client(request))  # a wrong key or a dead session: counted
-        if wants_json(request):
-            return JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
-                                headers={"WWW-Authenticate": "Bearer"})
-        return RedirectResponse("/login", status_code=303)
-
-    @app.get("/", response_class=HTMLResponse)
-    def page(request: Request):
-        reviewer = state.reviewer(request)
-        if reviewer is None:
-            return unauthorized(request)
-        item = state.next_item(reviewer)
-        counts = store.review_counts(state.engine, state.queue)
-        flash = _read_flash(request)
-        if wants_json(request):
-            return JSONResponse({"queue": state.queue, "reviewer": reviewer, "counts": counts,
-                                 "item": item_view(item) if item else None})
-        response = render("review.html", item=item_view(item) if item else None, counts=counts, reviewer=reviewer,
-                          queue=state.queue, flash=flash, logout=bool(state.keys))
-        if flash:
-            response.delete_cookie(FLASH_COOKIE)
-        return response
-
-    @app.post("/decide")
-    def decide(request: Request, item_id: int = Form(...), version: int = Form(...), model_version: str = Form(""),
-               decision: str = Form(...), candidate: int | None = Form(None)):
-        reviewer = state.reviewer(request)
-        if reviewer is None:
-            return unauthorized(request)
-        if not all(0 <= n <= MAX_ID for n in (item_id, version, candidate or 0)):
-            return answer(request, 422, f"item_id, version and candidate must be between 0 and {MAX_ID}")
-        item = store.get_review_item(state.engine, item_id)
-        if item is None or item["queue"] != state.queue:
-            return answer(request, 404, f"item {item_id} is not in this review queue ({state.queue})")
-        stale = state.stale_reason(model_version, item)
-        if stale:
-            return answer(request, 409, stale)
-        if decision not in DECISIONS:
-            return answer(request, 422, f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
-        try:
-            done = store.decide(state.engine, item_id, decision, reviewer=reviewer, model_version=model_version,
-                                candidate=None if candidate is None else candidate - 1, expected_version=version)
-        except ReviewConflict as exc:
-            return answer(request, 409, str(exc))
-        except ReviewError as exc:
-            return answer(request, 422, str(exc))
-        state.release(item_id)
-        what = decision if candidate is None or decision not in ("exact", "partial") else f"{decision} (candidate {candidate})"
-        if wants_json(request):
-            return JSONResponse({"message": f"recorded: {what}", "item": item_view(done), "status": done["status"]})
-        return RedirectResponse("/", status_code=303)
-
-    @app.post("/undo")
-    def undo(request: Request):
-        reviewer = state.reviewer(request)
-        if reviewer is None:
-            return unauthorized(request)
-        item = store.undo_last(state.engine, state.queue, reviewer)
-        if item is None:
-            return answer(request, 409, f"{reviewer} has no decision in this queue to undo")
-        return answer(request, 200, f"undone: your decision on “{item['query']}”; it is shown again", kind="info",
-                      item=item_view(item))
-
-    @app.get("/login", response_class=HTMLResponse)
-    def login_page(request: Request):
-        if not state.keys:
-            return RedirectResponse("/", status_code=303)
-        return render("login.html", flash=_read_flash(request))
-
-    @app.post("/login")
-    def login(request: Request, key: str = Form("")):
-        name = state.by_key(key)
-        if name is None:
-            state.throttle.failed(_client(request))
-            return render("login.html", status=401, flash={"kind": "error", "text": "wrong key"})
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(SESSION_COOKIE, state.start_session(name), httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", max_age=SESSION_S)
-        return response
-
-    @app.post("/logout")
-    def logout(request: Request):
-        state.end_session(request.cookies.get(SESSION_COOKIE, ""))  # the session ends here, not only in this browser
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE)
-        return response
-
-    @app.get("/logout")
-    def logout_page():  # a link or a typed URL: logging out takes the page's button (a POST), so a link cannot
-        return RedirectResponse("/", status_code=303)
-
-    @app.get("/healthz")
-    def healthz():
-        return {"status": "ok", "queue": state.queue}
-
+    app.middleware("http")(_guard)
+    app.include_router(router)
     return app
+
+
+async def _guard(request: Request, call_next):
+    """Every request: the Host header, the origin of a POST, the wrong-key throttle; the security headers on every
+    answer."""
+    state: ReviewState = request.app.state.review
+    if not host_allowed(request.headers, request.app.state.allowed_hosts):
+        return _secured(Response("unknown Host header", 400, media_type="text/plain"))
+    if request.method == "POST" and not same_origin(request.headers):
+        return _secured(Response("cross-origin form posts are refused", 403, media_type="text/plain"))
+    # a client that sent too many wrong keys may not try more (a key, a login); a live session (its login came
+    # before) and the health check go on: one client's wrong keys lock out no reviewer
+    wait = state.throttle.retry_after(_client(request)) if state.keys and request.url.path != "/healthz" else 0
+    if wait and state.session_reviewer(request) is None:
+        return _secured(Response(f"too many wrong keys; try again in {wait} s", 429, media_type="text/plain",
+                                 headers={"Retry-After": str(wait)}))
+    return _secured(await call_next(request))
+
+
+def _state(request: Request) -> ReviewState:
+    return request.app.state.review
+
+
+def _render(request: Request, name: str, status: int = 200, **context) -> HTMLResponse:
+    return HTMLResponse(ENVIRONMENT.get_template(name).render(title=_state(request).title, **context), status_code=status)
+
+
+def _wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _answer(request: Request, status: int, message: str, kind: str = "error", **extra) -> Response:
+    """A JSON answer with ``status`` for API clients; for a browser, back to the page with the message."""
+    if _wants_json(request):
+        return JSONResponse({"detail" if kind == "error" else "message": message, **extra}, status_code=status)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(FLASH_COOKIE, quote(json.dumps({"kind": kind, "text": message}, ensure_ascii=False)),
+                        max_age=60, httponly=True, samesite="strict")
+    return response
+
+
+def _unauthorized(request: Request) -> Response:
+    headers = request.headers
+    if headers.get("x-api-key") is not None or headers.get("authorization") or request.cookies.get(SESSION_COOKIE):
+        _state(request).throttle.failed(_client(request))  # a wrong key or a dead session: counted
+    if _wants_json(request):
+        return JSONResponse({"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}, 401,
+                            headers={"WWW-Authenticate": "Bearer"})
+    return RedirectResponse("/login", status_code=303)
+
+
+router = APIRouter()
+
+
+@router.get("/", response_class=HTMLResponse)
+def page(request: Request):
+    state = _state(request)
+    reviewer = state.reviewer(request)
+    if reviewer is None:
+        return _unauthorized(request)
+    item = state.next_item(reviewer)
+    counts = store.review_counts(state.engine, state.queue)
+    flash = _read_flash(request)
+    if _wants_json(request):
+        return JSONResponse({"queue": state.queue, "reviewer": reviewer, "counts": counts,
+                             "item": item_view(item) if item else None})
+    response = _render(request, "review.html", item=item_view(item) if item else None, counts=counts,
+                       reviewer=reviewer, queue=state.queue, flash=flash, logout=bool(state.keys))
+    if flash:
+        response.delete_cookie(FLASH_COOKIE)
+    return response
+
+
+@router.post("/decide")
+def decide(request: Request, item_id: int = Form(...), version: int = Form(...), model_version: str = Form(""),
+           decision: str = Form(...), candidate: int | None = Form(None)):
+    state = _state(request)
+    reviewer = state.reviewer(request)
+    if reviewer is None:
+        return _unauthorized(request)
+    if not all(0 <= n <= MAX_ID for n in (item_id, version, candidate or 0)):
+        return _answer(request, 422, f"item_id, version and candidate must be between 0 and {MAX_ID}")
+    item = store.get_review_item(state.engine, item_id)
+    if item is None or item["queue"] != state.queue:
+        return _answer(request, 404, f"item {item_id} is not in this review queue ({state.queue})")
+    stale = state.stale_reason(model_version, item)
+    if stale:
+        return _answer(request, 409, stale)
+    if decision not in DECISIONS:
+        return _answer(request, 422, f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
+    try:
+        done = store.decide(state.engine, item_id, decision, reviewer=reviewer, model_version=model_version,
+                            candidate=None if candidate is None else candidate - 1, expected_version=version)
+    except ReviewConflict as exc:
+        return _answer(request, 409, str(exc))
+    except ReviewError as exc:
+        return _answer(request, 422, str(exc))
+    state.release(item_id)
+    what = decision if candidate is None or decision not in ("exact", "partial") else f"{decision} (candidate {candidate})"
+    if _wants_json(request):
+        return JSONResponse({"message": f"recorded: {what}", "item": item_view(done), "status": done["status"]})
+    return RedirectResponse("/", status_code=303)
+
+
+@router.post("/undo")
+def undo(request: Request):
+    state = _state(request)
+    reviewer = state.reviewer(request)
+    if reviewer is None:
+        return _unauthorized(request)
+    item = store.undo_last(state.engine, state.queue, reviewer)
+    if item is None:
+        return _answer(request, 409, f"{reviewer} has no decision in this queue to undo")
+    return _answer(request, 200, f"undone: your decision on “{item['query']}”; it is shown again", kind="info",
+                   item=item_view(item))
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request):
+    if not _state(request).keys:
+        return RedirectResponse("/", status_code=303)
+    return _render(request, "login.html", flash=_read_flash(request))
+
+
+@router.post("/login")
+def login(request: Request, key: str = Form("")):
+    state = _state(request)
+    name = state.by_key(key)
+    if name is None:
+        state.throttle.failed(_client(request))
+        return _render(request, "login.html", status=401, flash={"kind": "error", "text": "wrong key"})
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(SESSION_COOKIE, state.start_session(name), httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", max_age=SESSION_S)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request):
+    _state(request).end_session(request.cookies.get(SESSION_COOKIE, ""))  # the session ends here, not only in this browser
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE)
+    return response
+
+
+@router.get("/logout")
+def logout_page():  # a link or a typed URL: logging out takes the page's button (a POST), so a link cannot
+    return RedirectResponse("/", status_code=303)
+
+
+@router.get("/healthz")
+def healthz(request: Request):
+    return {"status": "ok", "queue": _state(request).queue}
 
 
 def _client(request: Request) -> str:
