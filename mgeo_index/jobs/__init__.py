@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from mgeo_index.jobs.inputs import Chunk, Record, fingerprint_input, input_format, open_input
 from mgeo_index.jobs.job import (
+    JobOptions,
     JobResult,
     Progress,
     Resolving,
@@ -40,7 +41,7 @@ from mgeo_index.jobs.run import normalize_file
 __all__ = [
     "ADMIN_COLUMNS", "DEFAULT_BATCH_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_MARGIN", "DEFAULT_MIN_PROBABILITY",
     "DEFAULT_TOP_K", "RESULT_COLUMNS", "STATUSES",
-    "Chunk", "JobError", "JobResult", "Policy", "Progress", "Record", "Resolving",
+    "Chunk", "JobError", "JobOptions", "JobResult", "Policy", "Progress", "Record", "Resolving",
     "decide", "effective_status", "fingerprint_input", "index_identity", "input_format", "list_jobs",
     "normalize_file", "open_input", "relevance", "run_job",
 ]

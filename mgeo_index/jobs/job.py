@@ -177,6 +177,56 @@ def _resume_problems(job: dict, fp: str, params: dict, ident: dict, index_dir: P
 # --------------------------------------------------------------------------- the job
 
 
+@dataclass(frozen=True)
+class JobOptions:
+    """What a normalize job runs with besides its files and runner, as :func:`run_job` and
+    :func:`~mgeo_index.jobs.run.normalize_file` take them by name (a name not here is refused)."""
+
+    db: str | None = None
+    model: str | Path | None = None
+    cross_model: str | Path | None = None
+    # the inference backend of the job's resolvers, already checked by the caller (default: an opened resolver's,
+    # else the plan's for the runner's device, mgeo_index.runtime.plan)
+    backend: str | None = None
+    address_column: str | None = None
+    id_column: str | None = None
+    # the input column naming each row's place (a store table kept as name + address): a row resolves as its
+    # address with the name after it, the name compared with each entry's (mgeo_index.query.names)
+    name_column: str | None = None
+    min_probability: float = DEFAULT_MIN_PROBABILITY
+    margin: float = DEFAULT_MARGIN
+    top_k: int = DEFAULT_TOP_K
+    # csv, jsonl, parquet or xlsx (default: from the output's suffix, parts.FORMATS; an unknown one is refused)
+    output_format: str | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    batch_size: int = DEFAULT_BATCH_SIZE
+    # the number policy, strict / loose (default the index's, query.resolver.index_numbers), recorded with the job
+    numbers: str | None = None
+    # CSV cells as they are (by default a cell that would start a spreadsheet formula is neutralised, tables)
+    raw_values: bool = False
+    # which bundled cross-encoder reranks (default: the index's, query.resolver.open_resolver)
+    profile: str | None = None
+    # a last column, explain: the best candidate compared element by element, both values (the API's objects, JSON)
+    explain: bool = False
+    # the matched entry's own catalog columns to add as match_<column> (names, comma-separated names, or "all")
+    catalog_columns: str | list[str] | None = None
+    # a CSV / TSV output's encoding (utf-8, utf-8-sig, gb18030; default the input's)
+    encoding: str | None = None
+    # add lon, lat and coordinates_precision (policy.coordinates_of)
+    coordinates: bool = False
+
+    def output_format_checked(self, output_path: Path) -> str:
+        """The output's format, once the options' values are checked (a clear error naming the option)."""
+        if not 0.0 <= self.min_probability <= 1.0 or not 0.0 <= self.margin <= 1.0:
+            raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
+        if self.chunk_size < 1 or self.batch_size < 1 or self.top_k < 1:
+            raise ValueError("--chunk-size, --batch-size and --top-k must be at least 1")
+        fmt = choose_format(output_path, self.output_format)
+        if self.encoding is not None and fmt != "csv":
+            raise JobError(f"--encoding is for CSV and TSV outputs; a {fmt} output is written as its format says")
+        return fmt
+
+
 def run_job(
     input_path: str | Path,
     output_path: str | Path,
@@ -184,103 +234,65 @@ def run_job(
     *,
     runner: Runner,
     resolver=None,
-    db: str | None = None,
-    model: str | Path | None = None,
-    cross_model: str | Path | None = None,
-    backend: str | None = None,
-    address_column: str | None = None,
-    id_column: str | None = None,
-    min_probability: float = DEFAULT_MIN_PROBABILITY,
-    margin: float = DEFAULT_MARGIN,
-    top_k: int = DEFAULT_TOP_K,
-    output_format: str | None = None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     restart: bool = False,
     on_progress: Progress | None = None,
     on_job: Callable[[dict], None] | None = None,
-    numbers: str | None = None,
-    raw_values: bool = False,
-    profile: str | None = None,
-    name_column: str | None = None,
-    explain: bool = False,
-    catalog_columns: str | list[str] | None = None,
-    encoding: str | None = None,
-    coordinates: bool = False,
+    **options: Any,
 ) -> JobResult:
     """Run (or resume) the normalize job writing ``output_path`` on ``runner``; see the module docstring.
 
     ``resolver``: one already opened in this process (benchmarks, tests), which the local runner resolves with
-    instead of one opened for the job. ``backend``: the inference backend of the job's resolvers, already checked
-    by the caller (default: that resolver's, else the plan's for the runner's device, :mod:`mgeo_index.runtime.plan`).
-    ``on_job(job)`` is called once the job record is known (new or resumed). ``numbers``: the number policy
-    (strict / loose; default the index's, :func:`mgeo_index.query.resolver.index_numbers`), recorded with the job.
-    ``profile``: which bundled cross-encoder reranks (default: the index's, see
-    :func:`mgeo_index.query.resolver.open_resolver`); the job records the cross-encoder it ran with. ``raw_values``: CSV
-    cells as they are (by default a cell that would start a spreadsheet formula is neutralised,
-    :mod:`mgeo_index.tables`). ``name_column``: the input column naming each row's place (a store table kept as
-    name + address): a row resolves as its address with the name after it, the name compared with each entry's
-    (:mod:`mgeo_index.query.names`). ``explain``: a last column, ``explain``, with the best candidate's comparison
-    element by element, both values included (the API's objects, as JSON). ``catalog_columns``: the matched
-    entry's own catalog columns to add as ``match_<column>`` (names, comma-separated names, or ``"all"``).
-    ``output_format``: csv, jsonl, parquet or xlsx (default: from the output's suffix, :data:`~mgeo_index.jobs.parts.FORMATS`;
-    an unknown one is refused); ``encoding``: a CSV / TSV output's (utf-8, utf-8-sig, gb18030; default the input's).
-    ``coordinates``: add ``lon``, ``lat`` and ``coordinates_precision`` (:func:`~mgeo_index.jobs.policy.coordinates_of`).
+    instead of one opened for the job. ``on_job(job)`` is called once the job record is known (new or resumed).
+    ``options``: :class:`JobOptions`' fields by name.
     """
     started = time.perf_counter()
+    opts = JobOptions(**options)
     input_path, output_path, index_dir = Path(input_path).resolve(), Path(output_path).resolve(), Path(index_dir)
-    # one concrete backend for the whole job, named here: it is recorded, and every resolver of the job,
-    # wherever it runs, gets the name rather than falling back to its own environment
     if resolver is not None and runner.name != "local":
         raise ValueError("an opened resolver runs in this process: it is for the local runner only")
+    # one concrete backend for the whole job, named here: it is recorded, and every resolver of the job,
+    # wherever it runs, gets the name rather than falling back to its own environment
     opened = getattr(resolver, "bi", None)
-    chosen = getattr(opened, "plan", None) or plan(getattr(opened, "backend", None) or backend, runner.device)
-    backend = chosen.backend
-    if not 0.0 <= min_probability <= 1.0 or not 0.0 <= margin <= 1.0:
-        raise ValueError("--min-probability and --ambiguous-margin must be between 0 and 1")
-    if chunk_size < 1 or batch_size < 1 or top_k < 1:
-        raise ValueError("--chunk-size, --batch-size and --top-k must be at least 1")
-    fmt = choose_format(output_path, output_format)
-    if encoding is not None and fmt != "csv":
-        raise JobError(f"--encoding is for CSV and TSV outputs; a {fmt} output is written as its format says")
+    chosen = getattr(opened, "plan", None) or plan(getattr(opened, "backend", None) or opts.backend, runner.device)
+    fmt = opts.output_format_checked(output_path)
     check_input_file(input_path, "input file")
     if output_path == input_path:
         raise ValueError("--out must not be the input file")
     runner.require()  # before reading (and fingerprinting) anything, and before any job is recorded
-    progress = on_progress or (lambda *_: None)
-    db_url = settings.database_url(index_dir, db)
+    db_url = settings.database_url(index_dir, opts.db)
     if (locked := store.read_only(db_url)) is not None:
         raise JobError(f"cannot record the job in {locked}: it is read-only here; normalize with a writable copy of "
                        "the index, or give --db a writable store")
-    numbers, profile, fields, located = _index_settings(index_dir, db_url, numbers, profile)
-    catalog_columns = choose_catalog_columns(catalog_columns, fields)
-    ident = index_identity(index_dir, model, cross_model, profile)
-    policy = Policy(min_probability=min_probability, margin=margin, top_k=top_k, numbers=numbers, explain=explain,
-                    catalog_columns=catalog_columns, coordinates=coordinates, coordinate_columns=located)
+    numbers, profile, fields, located = _index_settings(index_dir, db_url, opts.numbers, opts.profile)
+    catalog_columns = choose_catalog_columns(opts.catalog_columns, fields)
+    ident = index_identity(index_dir, opts.model, opts.cross_model, profile)
+    policy = Policy(min_probability=opts.min_probability, margin=opts.margin, top_k=opts.top_k, numbers=numbers,
+                    explain=opts.explain, catalog_columns=catalog_columns, coordinates=opts.coordinates,
+                    coordinate_columns=located)
     reader, chunks, rows_total = open_input(
-        input_path, address_column=address_column, id_column=id_column, max_chars=ident["max_chars"], chunk_size=chunk_size,
-        name_column=name_column,
+        input_path, address_column=opts.address_column, id_column=opts.id_column, max_chars=ident["max_chars"],
+        chunk_size=opts.chunk_size, name_column=opts.name_column,
     )
     fp, newlines = fingerprint_input(input_path)
     if rows_total is None:
         rows_total = max(newlines - 1, 0)  # estimate for the ETA: records can span lines
+    columns = result_columns(opts.explain, catalog_columns, opts.coordinates)
     params = {
         "address_column": reader.address_column, "id_column": reader.id_column, "name_column": reader.name_column,
-        "min_probability": min_probability,
-        "margin": margin, "top_k": top_k, "chunk_size": chunk_size, "batch_size": batch_size, "output_format": fmt,
+        "min_probability": opts.min_probability, "margin": opts.margin, "top_k": opts.top_k,
+        "chunk_size": opts.chunk_size, "batch_size": opts.batch_size, "output_format": fmt,
         "model_path": ident["model_path"], "cross_model_path": ident["cross_model_path"],
-        # parts of a job must all have the same columns
-        "output_columns": list(result_columns(explain, catalog_columns, coordinates)),
-        "backend": backend, "numbers": numbers, "raw_values": raw_values, "profile": profile,
+        "output_columns": list(columns),  # parts of a job must all have the same columns
+        "backend": chosen.backend, "numbers": numbers, "raw_values": opts.raw_values, "profile": profile,
         "plan": str(chosen),  # how its models compute (mgeo_index.runtime.plan): recorded, the backend compared
-        "encoding": output_encoding(encoding, reader.encoding) if fmt == "csv" else "utf-8",
+        "encoding": output_encoding(opts.encoding, reader.encoding) if fmt == "csv" else "utf-8",
     }
-    writer = PartWriter(fmt, output_path, list(reader.columns), raw=raw_values,
-                        columns=result_columns(explain, catalog_columns, coordinates), encoding=params["encoding"])
-
+    writer = PartWriter(fmt, output_path, list(reader.columns), raw=opts.raw_values, columns=columns,
+                        encoding=params["encoding"])
     # the URL itself goes to the resolvers, not the driver's environment or index.json: they may run elsewhere
-    resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"], cross_model=ident["cross_model_path"],
-                          backend=backend, policy=policy, batch_size=batch_size)
+    resolving = Resolving(index_dir=index_dir, device=runner.device, db=db_url, model=ident["model_path"],
+                          cross_model=ident["cross_model_path"], backend=chosen.backend, policy=policy,
+                          batch_size=opts.batch_size)
     eng = store.connect(db_url)
     try:
         job = _start_or_resume(eng, input_path, output_path, index_dir, fp, params, ident, fmt, runner.name, rows_total,
@@ -289,29 +301,37 @@ def run_job(
             on_job(job)
         result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=runner.name,
                            resumed_from=job["rows_done"], profile=profile, numbers=numbers)
-        result.counts = {s: int(job[s]) for s in STATUSES}
-        if job["status"] == "complete":  # finished earlier, only the clean-up was left
-            result.rows, result.already_complete = job["rows_done"], True
-            shutil.rmtree(parts_dir(output_path, job["id"]), ignore_errors=True)
-            return result
-        spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
-        try:
-            task = resolve_task(resolving, resolver=resolver, chunk_size=chunk_size, workers=runner.workers)
-            _run(eng, job, writer, chunks, runner, task, resolving, result, progress, rows_total)
-        except KeyboardInterrupt:
-            store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
-                             error="interrupted (Ctrl-C); the same command resumes")
-            raise
-        except BaseException as exc:
-            store.update_job(eng, job["id"], status="failed", seconds=spent(), error=f"{type(exc).__name__}: {exc}")
-            raise
-        store.update_job(eng, job["id"], seconds=spent())
-        result.seconds = time.perf_counter() - started
-        done_now = result.rows - result.resumed_from
-        result.rows_per_second = done_now / result.seconds if result.seconds > 0 else 0.0
-        return result
+        task = lambda: resolve_task(resolving, resolver=resolver, chunk_size=opts.chunk_size,  # noqa: E731
+                                    workers=runner.workers)
+        return _execute(eng, job, writer, chunks, runner, task, resolving, result, on_progress, rows_total, started)
     finally:
         eng.dispose()
+
+
+def _execute(eng, job: dict, writer: PartWriter, chunks, runner: Runner, task: Callable[[], Task], resolving: Resolving,
+             result: JobResult, on_progress: Progress | None, rows_total: int, started: float) -> JobResult:
+    """The job's chunks resolved and written (:func:`_run`), its record updated on success, Ctrl-C and failure; a
+    job found complete (only the clean-up was left) just cleaned up."""
+    result.counts = {s: int(job[s]) for s in STATUSES}
+    if job["status"] == "complete":  # finished earlier, only the clean-up was left
+        result.rows, result.already_complete = job["rows_done"], True
+        shutil.rmtree(parts_dir(writer.out, job["id"]), ignore_errors=True)
+        return result
+    spent = lambda: (job["seconds"] or 0.0) + time.perf_counter() - started  # noqa: E731 - all runs together
+    try:
+        _run(eng, job, writer, chunks, runner, task(), resolving, result, on_progress or (lambda *_: None), rows_total)
+    except KeyboardInterrupt:
+        store.update_job(eng, job["id"], status="interrupted", seconds=spent(),
+                         error="interrupted (Ctrl-C); the same command resumes")
+        raise
+    except BaseException as exc:
+        store.update_job(eng, job["id"], status="failed", seconds=spent(), error=f"{type(exc).__name__}: {exc}")
+        raise
+    store.update_job(eng, job["id"], seconds=spent())
+    result.seconds = time.perf_counter() - started
+    done_now = result.rows - result.resumed_from
+    result.rows_per_second = done_now / result.seconds if result.seconds > 0 else 0.0
+    return result
 
 
 def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: str | None

@@ -29,9 +29,8 @@ def normalize_file(
     ``resolver``: an already opened resolver for the local runner (benchmarks, tests).
     ``backend``: the CPU inference backend of the job's resolvers, local or Ray actors (default:
     the plan's, :func:`mgeo_index.runtime.plan.plan`; actors with a GPU always run ``torch``).
-    ``options``: the job's own (:func:`~mgeo_index.jobs.job.run_job`): ``db``, ``model``,
-    ``cross_model``, ``address_column``, ``id_column``, ``name_column``, ``min_probability``, ``margin``, ``top_k``,
-    ``output_format``, ``chunk_size``, ``batch_size``, ``restart``, ``on_progress``, ``on_job``.
+    ``options``: the job's own, :class:`~mgeo_index.jobs.job.JobOptions`' fields by name (``db``, ``model``,
+    ``address_column``, ``top_k``, …), and ``restart``, ``on_progress``, ``on_job`` (:func:`~mgeo_index.jobs.job.run_job`).
     """
     if engine not in RUNNERS:
         raise ValueError(f"--engine must be local or ray, not {engine!r}")
