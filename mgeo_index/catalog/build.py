@@ -196,114 +196,67 @@ def build(
         ownership.check_writable_here(index_dir, force)
     index_dir.mkdir(parents=True, exist_ok=True)
     with writer_lock(index_dir, f"build {catalog_path}" if kind == "build" else f"add {catalog_path}"):
-        return _build_locked(catalog_path, index_dir, db, catalog, address_column, id_column, factory, model, device,
-                             backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner, numbers,
-                             profile, name_column, coordinate_columns)
+        asked = _Asked(catalog_path=Path(catalog_path), index_dir=index_dir, db=db, catalog=catalog,
+                       address_column=address_column, id_column=id_column, factory=factory, device=device,
+                       backend=backend, chunk_size=chunk_size, kind=kind, parse_elements=parse_elements,
+                       vector_store=vector_store, numbers=numbers, profile=profile, name_column=name_column,
+                       coordinate_columns=coordinate_columns)
+        return _build_locked(asked, model, runner, on_progress or (lambda *_: None))
 
 
-def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id_column, factory, model, device,
-                  backend, chunk_size, on_progress, kind, parse_elements, vector_store, runner: Runner,
-                  numbers: str | None = None, profile: str | None = None, name_column: str | None = None,
-                  coordinate_columns: tuple[str | None, str | None] = (None, None)) -> BuildResult:
-    progress = on_progress or (lambda *_: None)
+@dataclass(frozen=True)
+class _Asked:
+    """One build or add as :func:`build` was asked for it (the columns as given: the catalog's own may replace
+    them, :func:`_open_catalog`)."""
+
+    catalog_path: Path
+    index_dir: Path
+    db: str | None
+    catalog: str
+    address_column: str | None
+    id_column: str | None
+    factory: str
+    device: str | None
+    backend: str | None
+    chunk_size: int
+    kind: str
+    parse_elements: bool
+    vector_store: str | None
+    numbers: str | None
+    profile: str | None
+    name_column: str | None
+    coordinate_columns: tuple[str | None, str | None]
+
+
+def _build_locked(asked: _Asked, model, runner: Runner, progress: Progress) -> BuildResult:
     timings: dict[str, float] = {}
     started = time.perf_counter()
-
     bi = model if isinstance(model, BiEncoder) else stored_bi(model)
-    device = settings.device(device)  # this process's (FAISS); the engine's embeds (the same for the local one)
-    encode = encode_task(runner, bi, backend, chunk_size)  # refuses a model Ray actors cannot load, early
-    if factory != faiss_index.AUTO:
-        faiss_index.make_index(bi.dim, factory)  # validate the factory string before touching the store
-    planned = vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
-    if planned is None and (index_dir / index_json.DESCRIPTOR).is_file():
-        try:
-            planned = index_json.read_descriptor(index_dir).get("vector_store")
-        except FileNotFoundError:
-            pass
-    vector_stores.validate(planned, index_dir, factory, bi.dim)
-    if address_column is not None and address_column == id_column:
-        raise ValueError(f"--address-column and --id-column are both {address_column!r}: name two different columns")
+    device = settings.device(asked.device)  # this process's (FAISS); the engine's embeds (the same for the local one)
+    encode = encode_task(runner, bi, asked.backend, asked.chunk_size)  # refuses a model Ray actors cannot load, early
+    _check_destination(asked, bi.dim)
     if runner.name != "local":  # Ray joined or started, its GPUs checked: before anything is stored
         t0 = time.perf_counter()
         runner.start()
         timings[f"{runner.name} start"] = time.perf_counter() - t0
-    db_url = settings.database_url(index_dir, db)
-    # an existing store is consulted before the file is read; a new one is created only once the file is
-    # known to be readable (a refused file leaves no store behind)
-    engine_ = store.connect(db_url) if store.exists(db_url) else None
-    new_catalog = True
-    try:
-        if engine_ is not None:
-            new_catalog = store.catalog_columns(engine_, catalog) is None
-            current = store.current_generation(engine_, store.catalog_id(engine_, catalog))  # None: a new catalog
-            ownership.ensure_served_here(index_dir, catalog, current)
-            if kind == "build":
-                address_column, id_column = _same_columns(engine_, catalog, address_column, id_column)
-            if name_column is None or kind != "build":
-                name_column = store.catalog_name_column(engine_, catalog)
-            if coordinate_columns == (None, None) or kind != "build":
-                coordinate_columns = store.catalog_coordinate_columns(engine_, catalog)
-        try:
-            reader = read_catalog(
-                catalog_path, address_column=address_column, id_column=id_column, max_chars=bi.max_length - 2,
-                chunk_size=chunk_size, detect_id=kind == "build" and new_catalog and id_column is None,
-                name_column=name_column, check_coordinates=True, coordinate_columns=coordinate_columns,
-            )
-        except CatalogError as exc:
-            if kind != "add":
-                raise
-            raise CatalogError(f"{exc}. A delta file uses the catalog's own column names: address column "
-                               f"{address_column!r}, id column {id_column!r}") from None
-        engine_ = engine_ or store.connect(db_url)
-    except BaseException:
-        if engine_ is not None:
-            engine_.dispose()
-        raise
-    if kind == "build":
-        catalog_id = store.get_or_create_catalog(
-            engine_, catalog, source=str(Path(catalog_path).resolve()), address_column=reader.address_column,
-            id_column=reader.id_column, numbers=numbers, profile=profile, name_column=reader.name_column,
-            # as named, spelled as the file does (None, None: found by name, nothing recorded)
-            coordinate_columns=reader.coordinate_names if any(coordinate_columns) else (None, None),
-        )
-    else:  # a delta: the catalog and its columns stay as the build set them
-        catalog_id = store.catalog_id(engine_, catalog)
-    index_json.ensure_descriptor(index_dir, catalog, db_url, vector_store)
-    build_id = store.start_build(engine_, catalog_id, model_fingerprint=bi.fingerprint, index_factory=factory)
-    result = BuildResult(build_id=build_id, catalog=catalog, index_factory=factory, address_column=reader.address_column,
-                         id_column=reader.id_column, name_column=reader.name_column, engine=runner.name,
-                         other_columns=[c for c in reader.columns if c not in (reader.address_column, reader.id_column)],
-                         answers=settings.answer_settings(store.catalog_numbers(engine_, catalog),
-                                                          store.catalog_profile(engine_, catalog)),
-                         columns_reason="" if not new_catalog or kind != "build" else
-                         f"address: {reader.address_reason}; id: {reader.id_reason}")
-    rejects_path = index_dir / REJECTS
+    db_url = settings.database_url(asked.index_dir, asked.db)
+    engine_, reader, new_catalog = _open_catalog(asked, db_url, bi.max_length - 2)
+    result, catalog_id = _start(engine_, asked, reader, new_catalog, runner.name, db_url, bi.fingerprint)
+    rejects_path = asked.index_dir / REJECTS
     rejects_path.unlink(missing_ok=True)
     try:
-        # 1. rows → store (chunked: memory does not grow with the file)
-        for rows, rejects in reader.chunks():
-            rejects = list(rejects)
-            read = len(rows) + len(rejects)  # before _store_chunk adds the rows it rejects itself
-            _store_chunk(engine_, catalog_id, rows, result, rejects)
-            result.rows_read += read
-            if rejects:
-                result.rows_rejected += write_rejects(rejects_path, rejects)
-            progress("read", read, None)
-        result.blank_lines = reader.blank_lines
+        _store_rows(engine_, catalog_id, reader, result, rejects_path, progress)
         timings["store"] = time.perf_counter() - started - timings.get(f"{runner.name} start", 0.0)
-
-        # 1b. entries not parsed yet → elements and admin codes (resumable like the vectors)
-        if parse_elements:
+        if asked.parse_elements:  # entries not parsed yet → elements and admin codes (resumable like the vectors)
             t0 = time.perf_counter()
-            result.entries_parsed = _parse_entries(engine_, catalog_id, chunk_size, progress, runner)
+            result.entries_parsed = _parse_entries(engine_, catalog_id, asked.chunk_size, progress, runner)
             timings["parse"] = time.perf_counter() - t0
-
-        # 2. a new generation: vectors for entries that have none, then the pointer switch
+        # a new generation: vectors for entries that have none, then the pointer switch
         result.rejects_path = str(rejects_path) if result.rows_rejected else None
         published = generations.publish(
-            engine_, index_dir, catalog=catalog, catalog_id=catalog_id, build_id=build_id, bi=bi, factory=factory,
-            device=device, db_url=db_url, kind=kind, on_progress=progress, chunk_size=chunk_size, vector_store_url=vector_store,
-            runner=runner, encode=encode,
+            engine_, asked.index_dir, catalog=asked.catalog, catalog_id=catalog_id, build_id=result.build_id, bi=bi,
+            factory=asked.factory, device=device, db_url=db_url, kind=asked.kind, on_progress=progress,
+            chunk_size=asked.chunk_size, vector_store_url=asked.vector_store, runner=runner, encode=encode,
             build_fields={"rows_read": result.rows_read, "rows_inserted": result.rows_inserted,
                           "rows_skipped": result.rows_skipped, "rows_rejected": result.rows_rejected,
                           "seconds": time.perf_counter() - started,
@@ -312,21 +265,119 @@ def _build_locked(catalog_path, index_dir: Path, db, catalog, address_column, id
         )
         timings.update(published.seconds)
         timings["total"] = time.perf_counter() - started
-        result.generation_id = published.generation_id
+        _published(result, published, asked.factory)
         result.plan = str(encode.plan) if encode.plan is not None else ""
-        result.entries_total = published.entries_total
-        result.vectors_total = published.vectors_total
-        result.vectors_added = published.vectors_added
-        result.vectors_removed = published.vectors_removed
-        result.index_path = published.where
-        if factory == faiss_index.AUTO:  # say what auto chose
-            result.index_factory = f"auto: {published.structure}" + (
-                f" (nprobe {published.tuning['nprobe']}: recall@10 {published.tuning['recall']:.3f} of exact search "
-                f"on {published.tuning['queries']} catalog vectors)" if published.tuning else "")
         result.seconds = timings
         return result
     except BaseException as exc:  # Ctrl-C included: record it, keep what is stored, re-raise
-        store.fail_build(engine_, build_id, f"{type(exc).__name__}: {exc}")
+        store.fail_build(engine_, result.build_id, f"{type(exc).__name__}: {exc}")
         raise
     finally:
         engine_.dispose()
+
+
+def _check_destination(asked: _Asked, dim: int) -> None:
+    """The index factory, the vector store (given or kept from index.json) and the columns, checked before the store
+    is touched."""
+    if asked.factory != faiss_index.AUTO:
+        faiss_index.make_index(dim, asked.factory)  # validate the factory string
+    planned = asked.vector_store  # and the vector store's URL (Milvus: the factory maps), given or kept from index.json
+    if planned is None and (asked.index_dir / index_json.DESCRIPTOR).is_file():
+        try:
+            planned = index_json.read_descriptor(asked.index_dir).get("vector_store")
+        except FileNotFoundError:
+            pass
+    vector_stores.validate(planned, asked.index_dir, asked.factory, dim)
+    if asked.address_column is not None and asked.address_column == asked.id_column:
+        raise ValueError(f"--address-column and --id-column are both {asked.address_column!r}: name two different columns")
+
+
+def _open_catalog(asked: _Asked, db_url: str, max_chars: int):
+    """(the store's engine, the catalog file's reader, whether the catalog is new). An existing store is consulted
+    before the file is read (the catalog's own columns where the build names none; an ``add`` always reads them);
+    a new store is created only once the file is known to be readable (a refused file leaves no store behind)."""
+    engine_ = store.connect(db_url) if store.exists(db_url) else None
+    new_catalog = True
+    address_column, id_column, name_column = asked.address_column, asked.id_column, asked.name_column
+    coordinate_columns, build = asked.coordinate_columns, asked.kind == "build"
+    try:
+        if engine_ is not None:
+            new_catalog = store.catalog_columns(engine_, asked.catalog) is None
+            current = store.current_generation(engine_, store.catalog_id(engine_, asked.catalog))  # None: a new catalog
+            ownership.ensure_served_here(asked.index_dir, asked.catalog, current)
+            if build:
+                address_column, id_column = _same_columns(engine_, asked.catalog, address_column, id_column)
+            if name_column is None or not build:
+                name_column = store.catalog_name_column(engine_, asked.catalog)
+            if coordinate_columns == (None, None) or not build:
+                coordinate_columns = store.catalog_coordinate_columns(engine_, asked.catalog)
+        try:
+            reader = read_catalog(
+                asked.catalog_path, address_column=address_column, id_column=id_column, max_chars=max_chars,
+                chunk_size=asked.chunk_size, detect_id=build and new_catalog and id_column is None,
+                name_column=name_column, check_coordinates=True, coordinate_columns=coordinate_columns,
+            )
+        except CatalogError as exc:
+            if build:
+                raise
+            raise CatalogError(f"{exc}. A delta file uses the catalog's own column names: address column "
+                               f"{address_column!r}, id column {id_column!r}") from None
+        return engine_ or store.connect(db_url), reader, new_catalog
+    except BaseException:
+        if engine_ is not None:
+            engine_.dispose()
+        raise
+
+
+def _start(engine_, asked: _Asked, reader, new_catalog: bool, runner_name: str, db_url: str,
+           fingerprint: str) -> tuple[BuildResult, int]:
+    """The catalog recorded (a build: created or its settings updated; an add: as the build set it), index.json
+    written, the build started: (its result so far, the catalog's id)."""
+    if asked.kind == "build":
+        catalog_id = store.get_or_create_catalog(
+            engine_, asked.catalog, source=str(asked.catalog_path.resolve()), address_column=reader.address_column,
+            id_column=reader.id_column, numbers=asked.numbers, profile=asked.profile, name_column=reader.name_column,
+            # as named, spelled as the file does (None, None: found by name, nothing recorded)
+            coordinate_columns=reader.coordinate_names if any(asked.coordinate_columns) else (None, None),
+        )
+    else:  # a delta: the catalog and its columns stay as the build set them
+        catalog_id = store.catalog_id(engine_, asked.catalog)
+    index_json.ensure_descriptor(asked.index_dir, asked.catalog, db_url, asked.vector_store)
+    build_id = store.start_build(engine_, catalog_id, model_fingerprint=fingerprint, index_factory=asked.factory)
+    result = BuildResult(
+        build_id=build_id, catalog=asked.catalog, index_factory=asked.factory, address_column=reader.address_column,
+        id_column=reader.id_column, name_column=reader.name_column, engine=runner_name,
+        other_columns=[c for c in reader.columns if c not in (reader.address_column, reader.id_column)],
+        answers=settings.answer_settings(store.catalog_numbers(engine_, asked.catalog),
+                                         store.catalog_profile(engine_, asked.catalog)),
+        columns_reason="" if not new_catalog or asked.kind != "build" else
+        f"address: {reader.address_reason}; id: {reader.id_reason}")
+    return result, catalog_id
+
+
+def _store_rows(engine_, catalog_id: int, reader, result: BuildResult, rejects_path: Path, progress: Progress) -> None:
+    """The file's rows → the store, chunk by chunk (memory does not grow with the file); rejected rows appended to
+    ``rejects_path``."""
+    for rows, rejects in reader.chunks():
+        rejects = list(rejects)
+        read = len(rows) + len(rejects)  # before _store_chunk adds the rows it rejects itself
+        _store_chunk(engine_, catalog_id, rows, result, rejects)
+        result.rows_read += read
+        if rejects:
+            result.rows_rejected += write_rejects(rejects_path, rejects)
+        progress("read", read, None)
+    result.blank_lines = reader.blank_lines
+
+
+def _published(result: BuildResult, published, factory: str) -> None:
+    """What the new generation holds, into ``result`` (and what ``auto`` chose for the index)."""
+    result.generation_id = published.generation_id
+    result.entries_total = published.entries_total
+    result.vectors_total = published.vectors_total
+    result.vectors_added = published.vectors_added
+    result.vectors_removed = published.vectors_removed
+    result.index_path = published.where
+    if factory == faiss_index.AUTO:  # say what auto chose
+        result.index_factory = f"auto: {published.structure}" + (
+            f" (nprobe {published.tuning['nprobe']}: recall@10 {published.tuning['recall']:.3f} of exact search "
+            f"on {published.tuning['queries']} catalog vectors)" if published.tuning else "")
