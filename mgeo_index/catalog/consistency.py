@@ -39,8 +39,6 @@ def _sample(ids, n: int = 5) -> str:
 
 def check(index_dir: str | Path, engine, db_url: str) -> Report:
     """Verify that the current generation is intact and agrees with the store; list exactly what is wrong."""
-    from mgeo_index.model.manifest import fingerprint
-
     index_dir = Path(index_dir)
     report = Report()
     try:
@@ -72,6 +70,24 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
     if mirrored != {"generation_id": generation["id"], "index_file": generation["index_file"], "sparse_file": generation["sparse_file"]}:
         report.problems.append(f"{DESCRIPTOR} does not mirror the current generation {generation['id']} (it says {mirrored})")
 
+    held = _read_vectors(index_dir, generation, location, report, engine, catalog_id)
+    report.rebuild = held is None
+    if held is not None:
+        what = "FAISS index" if location is None else f"collection {generation['index_file']}"
+        what_ids = "FAISS ids" if location is None else f"{what} ids"
+        _check_ids(report, held, what, what_ids, generation_ids(index_dir, generation), live, generation, engine)
+    _check_model(report, generation)
+    _note_strays(report, index_dir, engine, catalog_id)
+    clash = faiss_index.faiss_clash(faiss_index.faiss_builds())
+    if clash:
+        report.notes.append(clash)
+    return report
+
+
+def _read_vectors(index_dir: Path, generation: dict, location, report: Report, engine,
+                  catalog_id: int) -> tuple[np.ndarray, int] | None:
+    """(ids, dim) of the current generation's vectors, once its files are there and match their checksums (and,
+    in a vector store, its collection is readable); None when they cannot be read (the problems say why)."""
     files_ok = True
     for name in (generation["index_file"], generation["sparse_file"]) if location is None else (generation["sparse_file"],):
         path = index_dir / name
@@ -81,49 +97,55 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
         elif sha256_file(path) != generation["checksums"].get(name):
             report.problems.append(f"file {name} does not match its recorded SHA-256 (corrupted or replaced)")
             files_ok = False
-    held = None  # (ids, dim) of the current generation's vectors, when they can be read
-    if location is None:
-        if files_ok:
-            index = faiss_index.load(index_dir / generation["index_file"])
-            held, what, what_ids = (faiss_index.index_ids(index), index.d), "FAISS index", "FAISS ids"
-    else:
-        held, what = _check_collection(location, generation, report, engine, catalog_id), f"collection {generation['index_file']}"
-        what_ids = f"{what} ids"
-        files_ok = files_ok and held is not None
-    report.rebuild = not files_ok
-    if files_ok:
-        faiss_ids, dim = held
-        sparse_ids = generation_ids(index_dir, generation)
-        report.facts["vectors in index"] = int(faiss_ids.size)
-        if int(faiss_ids.size) != generation["ntotal"] or dim != generation["dim"]:
-            report.problems.append(f"{what} holds {faiss_ids.size} vectors of dim {dim}; "
-                                   f"recorded {generation['ntotal']} of dim {generation['dim']}")
+    if location is not None:
+        held = _check_collection(location, generation, report, engine, catalog_id)
+        return held if files_ok else None
+    if not files_ok:
+        return None
+    index = faiss_index.load(index_dir / generation["index_file"])
+    return faiss_index.index_ids(index), index.d
+
+
+def _check_ids(report: Report, held: tuple[np.ndarray, int], what: str, what_ids: str, sparse_ids: np.ndarray, live: np.ndarray,
+               generation: dict, engine) -> None:
+    """The vectors' ids against the record, the n-gram index and the store's live entries."""
+    faiss_ids, dim = held
+    report.facts["vectors in index"] = int(faiss_ids.size)
+    if int(faiss_ids.size) != generation["ntotal"] or dim != generation["dim"]:
+        report.problems.append(f"{what} holds {faiss_ids.size} vectors of dim {dim}; "
+                               f"recorded {generation['ntotal']} of dim {generation['dim']}")
+        report.rebuild = True
+    if ids_sha256(faiss_ids) != generation["ids_sha256"]:
+        report.problems.append(f"{what_ids} do not match the recorded ids checksum")
+        report.rebuild = True
+    if np.unique(faiss_ids).size != faiss_ids.size:
+        report.problems.append(f"{what} holds duplicate ids")
+        report.rebuild = True
+    if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
+        report.problems.append(f"n-gram index and {what} hold different ids "
+                               f"({sparse_ids.size} vs {faiss_ids.size})")
+        report.rebuild = True
+    unindexed = np.setdiff1d(live, faiss_ids)
+    stale = np.setdiff1d(faiss_ids, live)
+    if unindexed.size:
+        report.problems.append(f"{unindexed.size} live entries of the store have no vector in the index "
+                               f"(entry ids {_sample(unindexed)}; an interrupted write: re-run it, or --repair)")
+    if stale.size:
+        gone = np.setdiff1d(stale, np.fromiter(store.get_entries(engine, stale.tolist()), dtype=np.int64))
+        retired = np.setdiff1d(stale, gone)
+        if retired.size:
+            report.problems.append(f"{retired.size} entries removed or replaced in the store are still indexed "
+                                   f"(entry ids {_sample(retired)}; re-run the update, or --repair)")
+        if gone.size:
+            report.problems.append(f"{gone.size} indexed ids do not exist in the store at all "
+                                   f"(entry ids {_sample(gone)}); --repair rebuilds the index from the store")
             report.rebuild = True
-        if ids_sha256(faiss_ids) != generation["ids_sha256"]:
-            report.problems.append(f"{what_ids} do not match the recorded ids checksum")
-            report.rebuild = True
-        if np.unique(faiss_ids).size != faiss_ids.size:
-            report.problems.append(f"{what} holds duplicate ids")
-            report.rebuild = True
-        if not np.array_equal(np.sort(sparse_ids), np.sort(faiss_ids)):
-            report.problems.append(f"n-gram index and {what} hold different ids "
-                                   f"({sparse_ids.size} vs {faiss_ids.size})")
-            report.rebuild = True
-        unindexed = np.setdiff1d(live, faiss_ids)
-        stale = np.setdiff1d(faiss_ids, live)
-        if unindexed.size:
-            report.problems.append(f"{unindexed.size} live entries of the store have no vector in the index "
-                                   f"(entry ids {_sample(unindexed)}; an interrupted write: re-run it, or --repair)")
-        if stale.size:
-            gone = np.setdiff1d(stale, np.fromiter(store.get_entries(engine, stale.tolist()), dtype=np.int64))
-            retired = np.setdiff1d(stale, gone)
-            if retired.size:
-                report.problems.append(f"{retired.size} entries removed or replaced in the store are still indexed "
-                                       f"(entry ids {_sample(retired)}; re-run the update, or --repair)")
-            if gone.size:
-                report.problems.append(f"{gone.size} indexed ids do not exist in the store at all "
-                                       f"(entry ids {_sample(gone)}); --repair rebuilds the index from the store")
-                report.rebuild = True
+
+
+def _check_model(report: Report, generation: dict) -> None:
+    """The bi-encoder that built the index, where it is on this machine, is still the one recorded."""
+    from mgeo_index.model.manifest import fingerprint
+
     model_path = generation.get("model_path")
     if model_path and Path(model_path).is_dir():
         now = fingerprint(Path(model_path))
@@ -132,16 +154,16 @@ def check(index_dir: str | Path, engine, db_url: str) -> Report:
                                    f"{generation['model_fingerprint']}; --repair re-embeds with it")
     elif model_path:
         report.notes.append(f"the model that built the index ({model_path}) is not on this machine; queries need --model")
+
+
+def _note_strays(report: Report, index_dir: Path, engine, catalog_id: int) -> None:
+    """Files the index's builds wrote that no generation references (interrupted writes)."""
     referenced = {g[k] for g in store.list_generations(engine, catalog_id) for k in ("index_file", "sparse_file") if g.get(k)}
     strays = [p.name for p in own_files(index_dir, {b["id"] for b in store.list_builds(engine, catalog_id)})
               if p.name not in referenced]
     if strays:
         report.notes.append(f"{len(strays)} files of no generation (interrupted writes; `mgeo-index gc` removes them): "
                             + ", ".join(strays[:5]))
-    clash = faiss_index.faiss_clash(faiss_index.faiss_builds())
-    if clash:
-        report.notes.append(clash)
-    return report
 
 
 def _check_collection(location: vector_store.Location, generation: dict, report: Report, engine,

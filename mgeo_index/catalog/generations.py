@@ -170,34 +170,11 @@ def publish(
         timings["load"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        progress("encode", 0, len(missing))
-        # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
-        vectors, ids, done, new_texts = np.empty((len(missing), bi.dim), np.float32), np.empty(len(missing), np.int64), 0, []
-        batches = store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1))
-        for batch, embedded in runner.map(batches, encode):
-            new_texts += [e["normalized"] for e in batch]
-            vectors[done : done + len(batch)] = embedded
-            ids[done : done + len(batch)] = [e["id"] for e in batch]
-            done += len(batch)
-            progress("encode", len(batch), len(missing))
-            crashpoint("embedding")
-        tuning: dict[str, Any] = {}
-        if done:
-            tuning = draft.add(vectors[:done], ids[:done])
-        del vectors  # the index holds its own copy
+        ids, new_texts, tuning = _embed(engine, catalog_id, missing, draft, bi.dim, runner, encode, chunk_size, progress)
         timings["encode"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
-            sparse = sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
-        elif done == live.size:  # every live entry was just embedded (a first build): its texts are in hand, in id order
-            sparse = sparse_index.build_sparse(new_texts, ids[:done].tolist())
-        else:  # a large change: every n-gram weight recomputed over all entries
-            texts, text_ids = [], []
-            for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
-                texts += [e["normalized"] for e in batch]
-                text_ids += [e["id"] for e in batch]
-            sparse = sparse_index.build_sparse(texts, text_ids)
+        sparse = _sparse(engine, catalog_id, base_sparse, removed, missing, live, new_texts, ids)
         timings["sparse"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -223,6 +200,40 @@ def publish(
     timings["save"] = time.perf_counter() - t0
     return Published(generation_id, written.name, sparse_file, len(live), written.ntotal, int(missing.size),
                      int(removed.size), timings, written.structure, tuning, written.where)
+
+
+def _embed(engine, catalog_id: int, missing: np.ndarray, draft, dim: int, runner, encode, chunk_size: int,
+           progress: Progress) -> tuple[np.ndarray, list[str], dict[str, Any]]:
+    """The ``missing`` entries embedded on ``runner`` chunk by chunk and added to ``draft``: (their ids, their
+    normalized texts, in that order; what the draft's tuning found)."""
+    progress("encode", 0, len(missing))
+    # filled in place (no list of parts to concatenate: one copy of the vectors, not two, at the peak)
+    vectors, ids, done, new_texts = np.empty((len(missing), dim), np.float32), np.empty(len(missing), np.int64), 0, []
+    batches = store.iter_entries(engine, catalog_id, ids=missing.tolist(), batch_size=max(chunk_size, 1))
+    for batch, embedded in runner.map(batches, encode):
+        new_texts += [e["normalized"] for e in batch]
+        vectors[done : done + len(batch)] = embedded
+        ids[done : done + len(batch)] = [e["id"] for e in batch]
+        done += len(batch)
+        progress("encode", len(batch), len(missing))
+        crashpoint("embedding")
+    tuning = draft.add(vectors[:done], ids[:done]) if done else {}
+    return ids[:done], new_texts, tuning  # the vectors go: the index holds its own copy
+
+
+def _sparse(engine, catalog_id: int, base_sparse, removed: np.ndarray, missing: np.ndarray, live: np.ndarray,
+            new_texts: list[str], new_ids: np.ndarray):
+    """The next generation's n-gram index: the current one updated for a small change, else built anew (from the
+    texts in hand when every live entry was just embedded, else from the store)."""
+    if base_sparse is not None and missing.size + removed.size <= SPARSE_UPDATE_SHARE * max(live.size, 1):
+        return sparse_index.update_sparse(base_sparse, removed, new_texts, missing)
+    if new_ids.size == live.size:  # every live entry was just embedded (a first build): its texts are in hand, in id order
+        return sparse_index.build_sparse(new_texts, new_ids.tolist())
+    texts, text_ids = [], []  # a large change: every n-gram weight recomputed over all entries
+    for batch in store.iter_entries(engine, catalog_id, batch_size=20000):
+        texts += [e["normalized"] for e in batch]
+        text_ids += [e["id"] for e in batch]
+    return sparse_index.build_sparse(texts, text_ids)
 
 
 # --------------------------------------------------------------------------- gc
