@@ -80,12 +80,7 @@ def match_file(
     The output is written to a temporary file and moved into place when complete.
     """
     pairs_path, out_path = Path(pairs_path), Path(out_path)
-    if out_path.resolve() == pairs_path.resolve():
-        raise ValueError("--out must not be the input file: write the scores to a new file")
-    if out_path.is_dir():
-        raise IsADirectoryError(f"--out {out_path} is a directory: name a file to write the scores to")
-    if not out_path.resolve().parent.is_dir():
-        raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+    _check_out(pairs_path, out_path)
     encoding = detect_encoding(pairs_path)
     result = MatchFileReport(label_counts={label: 0 for label in cross.labels})
     _last_line = 1
@@ -96,78 +91,117 @@ def match_file(
         # read-ahead buffer, lines after the last row read)
         with open_text(pairs_path, encoding, errors="surrogateescape") as src, \
                 open(tmp, "w", encoding="utf-8", newline="") as dst:
-            delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
-            src.seek(0)
-            reader = csv.DictReader(src, delimiter=delimiter)
-            columns = list(reader.fieldnames or [])
-            if any(c != printable(c) for c in columns):
-                raise CatalogError(f"{pairs_path}: the header line has undecodable bytes (read as {encoding}); "
-                                   "re-save the file as UTF-8")
-            missing = [c for c in PAIR_COLUMNS if c not in columns]
-            if missing:
-                raise CatalogError(
-                    f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
-                    f"'a' and 'b' (found: {columns})"
-                )
+            reader = _pairs_reader(src, pairs_path, encoding)
+            columns = list(reader.fieldnames)
             out_columns = columns + ["label"] + [f"p_{label}" for label in cross.labels] + (["explain"] if explain else [])
             writer = TableWriter(dst, "\t", raw=raw)
             writer.writerow(out_columns)
+            scoring = _Scoring(cross, device, explain, grouped, numbers, writer, out_columns, result, on_progress)
             chunk: list[tuple[int, dict]] = []
-
-            def flush(keep_last_run: bool = False) -> None:
-                held: list[tuple[int, dict]] = []
-                if keep_last_run and grouped:  # the last query's candidates may go on in the next rows
-                    last = len(chunk)
-                    while last > 0 and chunk[last - 1][1]["_sides"][0] == chunk[-1][1]["_sides"][0]:
-                        last -= 1
-                    if last > 0:
-                        chunk[:], held = chunk[:last], chunk[last:]
-                valid = [(line, row) for line, row in chunk if row["_ok"]]
-                probs, decided, explanations = score_sides(
-                    cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=device,
-                    explain=explain, grouped=grouped, numbers=numbers,
-                )
-                by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
-                if explain:
-                    explained = {line: e for (line, _), e in zip(valid, explanations or [])}
-                for line, row in chunk:
-                    p, d = by_line.get(line, (None, None))
-                    if p is not None:
-                        label = cross.labels[int(d)]
-                        row["label"] = label
-                        result.label_counts[label] += 1
-                        row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(cross.labels, p)})
-                        if explain:  # as the API and resolve --json give it: state, both values, the sentence
-                            row["explain"] = json.dumps(explained[line], ensure_ascii=False)
-                    writer.writerow([row.get(c, "") for c in out_columns])
-                result.scored += len(valid)
-                if on_progress:
-                    on_progress(len(chunk))
-                chunk[:] = held
-
             for row in reader:
                 line = _last_line = reader.line_num
                 result.rows += 1
-                undecodable = [c for c, v in row.items() if isinstance(v, str) and v != printable(v)]
-                for c in undecodable:
-                    row[c] = printable(row[c])  # written back as U+FFFD
-                row["_sides"] = tuple(model_text(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
-                empty = [c for c, text in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(text)]
-                extra = row.pop(None, None)  # fields beyond the header's
-                row["_ok"] = not empty and not extra and not undecodable
-                if undecodable:
-                    result.invalid.append(f"line {line}: undecodable bytes in column {', '.join(map(repr, undecodable))} "
-                                          f"(read as {encoding}); re-save the file as UTF-8")
-                elif extra:
-                    result.invalid.append(f"line {line}: {len(columns) + len(extra)} fields, the header has {len(columns)}")
-                elif empty:
-                    result.invalid.append(f"line {line}: no letter or digit in column {', '.join(repr(c) for c in empty)}")
+                _read_row(row, line, len(columns), encoding, result)
                 chunk.append((line, row))
                 if len(chunk) >= chunk_size:
-                    flush(keep_last_run=True)
-            flush()
+                    chunk = scoring.flush(chunk, keep_last_run=True)
+            scoring.flush(chunk)
     try:
         files.replace_atomic(out_path, write)
     except csv.Error as exc:
         raise CatalogError(f"{pairs_path}: line {_last_line + 1}: {exc} (an unclosed quote?); fix the quoting") from None
     return result
+
+
+def _check_out(pairs_path: Path, out_path: Path) -> None:
+    if out_path.resolve() == pairs_path.resolve():
+        raise ValueError("--out must not be the input file: write the scores to a new file")
+    if out_path.is_dir():
+        raise IsADirectoryError(f"--out {out_path} is a directory: name a file to write the scores to")
+    if not out_path.resolve().parent.is_dir():
+        raise FileNotFoundError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+
+
+def _pairs_reader(src, pairs_path: Path, encoding: str) -> csv.DictReader:
+    """The pairs file's rows as dicts, once its header is known to name columns ``a`` and ``b`` in readable bytes."""
+    delimiter = sniff_delimiter(src.readline(), data_suffix(pairs_path))
+    src.seek(0)
+    reader = csv.DictReader(src, delimiter=delimiter)
+    columns = list(reader.fieldnames or [])
+    if any(c != printable(c) for c in columns):
+        raise CatalogError(f"{pairs_path}: the header line has undecodable bytes (read as {encoding}); "
+                           "re-save the file as UTF-8")
+    missing = [c for c in PAIR_COLUMNS if c not in columns]
+    if missing:
+        raise CatalogError(
+            f"{pairs_path}: missing column(s) {missing}; the header must name the two addresses "
+            f"'a' and 'b' (found: {columns})"
+        )
+    return reader
+
+
+def _read_row(row: dict, line: int, n_columns: int, encoding: str, result: MatchFileReport) -> None:
+    """``row`` with its two sides normalized (``_sides``) and whether it can be scored (``_ok``); why not is
+    reported by line."""
+    undecodable = [c for c, v in row.items() if isinstance(v, str) and v != printable(v)]
+    for c in undecodable:
+        row[c] = printable(row[c])  # written back as U+FFFD
+    row["_sides"] = tuple(model_text(row.get(c) or "") for c in PAIR_COLUMNS)  # normalized once, scored in flush
+    empty = [c for c, text in zip(PAIR_COLUMNS, row["_sides"]) if not has_content(text)]
+    extra = row.pop(None, None)  # fields beyond the header's
+    row["_ok"] = not empty and not extra and not undecodable
+    if undecodable:
+        result.invalid.append(f"line {line}: undecodable bytes in column {', '.join(map(repr, undecodable))} "
+                              f"(read as {encoding}); re-save the file as UTF-8")
+    elif extra:
+        result.invalid.append(f"line {line}: {n_columns + len(extra)} fields, the header has {n_columns}")
+    elif empty:
+        result.invalid.append(f"line {line}: no letter or digit in column {', '.join(repr(c) for c in empty)}")
+
+
+@dataclass
+class _Scoring:
+    """Scoring a chunk of rows read and writing them, in input order."""
+
+    cross: CrossEncoder
+    device: str | None
+    explain: bool
+    grouped: bool
+    numbers: str | None
+    writer: TableWriter
+    out_columns: list[str]
+    result: MatchFileReport
+    on_progress: Callable[[int], None] | None
+
+    def flush(self, chunk: list[tuple[int, dict]], keep_last_run: bool = False) -> list[tuple[int, dict]]:
+        """Score and write ``chunk``'s rows; with ``keep_last_run`` (grouped), the last query's candidates, which may
+        go on in the next rows, are held back and returned (else nothing)."""
+        held: list[tuple[int, dict]] = []
+        if keep_last_run and self.grouped:
+            last = len(chunk)
+            while last > 0 and chunk[last - 1][1]["_sides"][0] == chunk[-1][1]["_sides"][0]:
+                last -= 1
+            if last > 0:
+                chunk, held = chunk[:last], chunk[last:]
+        valid = [(line, row) for line, row in chunk if row["_ok"]]
+        probs, decided, explanations = score_sides(
+            self.cross, [r["_sides"][0] for _, r in valid], [r["_sides"][1] for _, r in valid], device=self.device,
+            explain=self.explain, grouped=self.grouped, numbers=self.numbers,
+        )
+        by_line = {line: (p, d) for (line, _), p, d in zip(valid, probs, decided)}
+        explained = {line: e for (line, _), e in zip(valid, explanations or [])}
+        labels = self.cross.labels
+        for line, row in chunk:
+            p, d = by_line.get(line, (None, None))
+            if p is not None:
+                label = labels[int(d)]
+                row["label"] = label
+                self.result.label_counts[label] += 1
+                row.update({f"p_{lab}": f"{float(v):.6f}" for lab, v in zip(labels, p)})
+                if self.explain:  # as the API and resolve --json give it: state, both values, the sentence
+                    row["explain"] = json.dumps(explained[line], ensure_ascii=False)
+            self.writer.writerow([row.get(c, "") for c in self.out_columns])
+        self.result.scored += len(valid)
+        if self.on_progress:
+            self.on_progress(len(chunk))
+        return held
