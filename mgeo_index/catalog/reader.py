@@ -379,6 +379,13 @@ class CatalogReader:
         self.blank_lines = 0  # blank lines skipped by the last pass (reject_blank False)
         self.encoding = encoding or detect_encoding(self.path)
 
+        sample = self._read_header(what)
+        self._choose_columns(sample, address_column, id_column, detect_id, name_column, coordinate_columns,
+                             check_coordinates)
+
+    def _read_header(self, what: str) -> list[list[str]]:
+        """The header (``has_header``, ``delimiter``, ``columns``) and a sample of the first data records, which the
+        columns are chosen by; a clear error for an empty file, a blank or undecodable header, no data rows."""
         with self._open() as fh:
             first = fh.readline()
             if not first.strip():
@@ -412,7 +419,13 @@ class CatalogReader:
                         break
         if not sample:
             raise CatalogError(f"{what} {str(self.path)!r} has a header but no data rows")
+        return sample
 
+    def _choose_columns(self, sample: list[list[str]], address_column: str | None, id_column: str | None,
+                        detect_id: bool, name_column: str | None, coordinate_columns: tuple[str | None, str | None],
+                        check_coordinates: bool) -> None:
+        """The address, id, name and coordinate columns: as named (matched to the header), else detected from
+        ``sample`` (each with the reason it was chosen)."""
         if address_column is not None:
             self.address_column = _resolve_column(address_column, self.columns, "address")
             self.address_reason = "given"
