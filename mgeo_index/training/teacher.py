@@ -395,6 +395,43 @@ class FGM:
         self.backup = None
 
 
+def _cross_model(cfg: TeacherConfig, tokenizer, mlm_path: Path | None, snapshot: Path | None):
+    """The cross-encoder training starts from: a snapshot's weights (a new machine), else pretraining's (with its
+    pair-label head as the classifier), else fresh (a checkpoint's weights replace them, :func:`_cross_resumed`)."""
+    if snapshot is not None or mlm_path is None:
+        from safetensors.torch import load_file
+
+        model = BertForSequenceClassification(bert_config(cfg, tokenizer)).train()
+        if snapshot is not None:
+            model.load_state_dict({k: v.float() for k, v in load_file(snapshot / CROSS_SNAPSHOT).items()})
+        return model
+    model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
+    head = mlm_path / "label_head.pt"
+    if head.exists():  # the pair-label head of pretraining starts the classifier
+        model.classifier.load_state_dict(torch.load(head, map_location="cpu"))
+    return model
+
+
+def _cross_resumed(cfg: TeacherConfig, ckpt: Path, snapshot: Path | None, model, optimizer, rng,
+                   best_path: Path) -> tuple[int, float, dict]:
+    """(step, elapsed seconds, best so far) training goes on from: a checkpoint's (restored into ``model``,
+    ``optimizer`` and ``rng``), else a snapshot's (its best weights kept as the best so far), else the start."""
+    if ckpt.exists():
+        state = restore_checkpoint(ckpt, model, optimizer, rng)
+        cfg.log(f"[teacher cross] resuming at step {state['step']} ({state['elapsed'] / 60:.1f} min done, "
+                f"best {state['best']})")
+        return state["step"], state["elapsed"], state["best"]
+    if snapshot is None:
+        return 0, 0.0, {"loss": math.inf}
+    info = json.loads((snapshot / "cross-snapshot.json").read_text())
+    start_step, start_elapsed, best = int(info["step"]), float(info["elapsed"]), info["best"] or {"loss": math.inf}
+    if "step" in best:
+        save_atomic(model.state_dict(), best_path)
+    cfg.log(f"[teacher cross] no checkpoint in {cfg.out}: starting from the snapshot in {snapshot} (step {start_step}, "
+            f"{start_elapsed / 60:.1f} min done, best {best}; optimizer state starts afresh)")
+    return start_step, start_elapsed, best
+
+
 def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     path, ckpt, best_path = cfg.out / "cross", cfg.out / "cross_checkpoint.pt", cfg.out / "cross_best.pt"
     if (path / "stage.json").exists():
@@ -404,17 +441,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     rng = random.Random(cfg.seed + 2)
     torch.manual_seed(cfg.seed + 2)
     snapshot = _cross_snapshot(cfg)
-    if snapshot is not None or mlm_path is None:  # a new machine (the snapshot's weights) or a checkpoint's, below
-        from safetensors.torch import load_file
-
-        model = BertForSequenceClassification(bert_config(cfg, tokenizer)).train()
-        if snapshot is not None:
-            model.load_state_dict({k: v.float() for k, v in load_file(snapshot / CROSS_SNAPSHOT).items()})
-    else:
-        model = BertForSequenceClassification.from_pretrained(mlm_path, config=bert_config(cfg, tokenizer)).train()
-        head = mlm_path / "label_head.pt"
-        if head.exists():  # the pair-label head of pretraining starts the classifier
-            model.classifier.load_state_dict(torch.load(head, map_location="cpu"))
+    model = _cross_model(cfg, tokenizer, mlm_path, snapshot)
     device = _device(cfg)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.cross_lr, weight_decay=0.01)
@@ -422,18 +449,7 @@ def stage_cross(cfg: TeacherConfig, tokenizer, mlm_path: Path | None) -> Path:
     weights = class_weights([label for _, _, label, _ in train]).to(device)
     cfg.log(f"[teacher cross] {len(train)} training pairs {dict(Counter(l for _, _, l, _ in train))}, "
             f"{len(calib)} round-2 calibration pairs")
-    start_step, start_elapsed, best = 0, 0.0, {"loss": math.inf}
-    if ckpt.exists():
-        state = restore_checkpoint(ckpt, model, optimizer, rng)
-        start_step, start_elapsed, best = state["step"], state["elapsed"], state["best"]
-        cfg.log(f"[teacher cross] resuming at step {start_step} ({start_elapsed / 60:.1f} min done, best {best})")
-    elif snapshot is not None:
-        info = json.loads((snapshot / "cross-snapshot.json").read_text())
-        start_step, start_elapsed, best = int(info["step"]), float(info["elapsed"]), info["best"] or {"loss": math.inf}
-        if "step" in best:
-            save_atomic(model.state_dict(), best_path)
-        cfg.log(f"[teacher cross] no checkpoint in {cfg.out}: starting from the snapshot in {snapshot} (step {start_step}, "
-                f"{start_elapsed / 60:.1f} min done, best {best}; optimizer state starts afresh)")
+    start_step, start_elapsed, best = _cross_resumed(cfg, ckpt, snapshot, model, optimizer, rng, best_path)
     batches = shuffled_batches(train, cfg.cross_batch, rng)
     fgm = FGM(model, cfg.fgm_epsilon)
 
