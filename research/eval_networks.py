@@ -90,7 +90,7 @@ def stack_report(specs: list[str], examples: dict) -> dict:
     """The shipped feature head alone, with each network, with all of them (see the module docstring)."""
     import torch
 
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
     from mgeo_index.model.cross_encoder import load_cross_encoder
     from mgeo_index.training.calibrate import pair_logits
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from mgeo_index import settings
-from mgeo_index.query.features import pair_features_batch
+from mgeo_index.compare.features import pair_features_batch
 from mgeo_index.runtime.inference import _autocast
 from mgeo_index.model.cross_encoder import CrossEncoder, load_cross_encoder
 from mgeo_index.settings import LABELS

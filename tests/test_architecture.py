@@ -105,3 +105,46 @@ def test_models_load_through_one_door():
             if used in loaders or loaders & set(named):
                 found.append(f"{name}:{node.lineno}")
     assert not found, f"models loaded around mgeo_index.model.loading: {found}"
+
+
+def _imports_outside(prefix: str, allowed: set[str]) -> dict[str, set[str]]:
+    """The modules under ``prefix`` importing a package module that is neither under it nor in ``allowed``
+    (packages named by their prefix, single modules by name)."""
+    def ok(module: str) -> bool:
+        return module == "mgeo_index" or any(module == a or module.startswith(a + ".") for a in allowed | {prefix})
+
+    return {name: bad for name, imported in import_graph().items() if name.startswith(prefix)
+            if (bad := {m for m in imported if not ok(m)})}
+
+
+def test_the_models_read_comparisons_not_the_query_chain():
+    """model/ stands below query/: the features its heads read come from compare/ (docs/architecture.md)."""
+    allowed = {"mgeo_index.compare", "mgeo_index.runtime", "mgeo_index.text", "mgeo_index.store", "mgeo_index.heap",
+               "mgeo_index.settings", "mgeo_index.files"}
+    assert _imports_outside("mgeo_index.model", allowed) == {}
+
+
+def test_comparisons_read_parsed_text_alone():
+    assert _imports_outside("mgeo_index.compare", {"mgeo_index.text", "mgeo_index.settings"}) == {}
+
+
+def test_the_import_check_sees_an_upward_import():
+    graph = import_graph()
+    assert "mgeo_index.compare.features" in graph["mgeo_index.query.labelling"] or \
+        "mgeo_index.compare.conflicts" in graph["mgeo_index.query.labelling"]
+    assert _imports_outside("mgeo_index.query", {"mgeo_index.text"})  # query reads model, compare, …
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_a_screen():
+    """Functions of the package stay at most MAX_FUNCTION_LINES lines (signature and docstring included): longer
+    ones are cut into named steps."""
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, long

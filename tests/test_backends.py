@@ -98,7 +98,7 @@ def test_a_model_loaded_for_inference_is_converted_in_place_and_answers_as_the_c
     from torch import nn
 
     from mgeo_index.model import loading
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
     from mgeo_index.runtime import quant
 
     copied_bi = backends.apply(load_bi_encoder(settings.bi_model_path()), name)

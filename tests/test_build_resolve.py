@@ -336,7 +336,7 @@ def test_auto_index_says_what_it_chose_and_an_ivf_choice_resolves_like_flat(tmp_
 def test_a_query_without_an_admin_part_is_searched_once_for_its_core(built, monkeypatch):
     """Hybrid retrieval also searches each query's text below its admin levels; where there is none, that text is
     the query itself, so its first search's answer is reused (same candidates, one n-gram search fewer)."""
-    from mgeo_index.query.features import without_admin
+    from mgeo_index.compare.features import without_admin
 
     index_dir, _ = built
     resolver = open_resolver(index_dir)

@@ -5,7 +5,7 @@ import torch
 
 from mgeo_index import settings
 from mgeo_index.query import labelling
-from mgeo_index.query.features import pair_features_batch
+from mgeo_index.compare.features import pair_features_batch
 from mgeo_index.model.cross_encoder import load_cross_encoder
 
 A = ["北京朝阳建国路88号", "北京朝阳建国路88号", "深圳南山中山路75号", "上海徐汇漕溪北路1号", "杭州西湖文三路478号"]

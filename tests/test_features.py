@@ -1,7 +1,7 @@
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
-from mgeo_index.query.features import FEATURE_NAMES, compare_elements, explain, explain_parsed, extract_elements, pair_features_batch, without_admin
+from mgeo_index.compare.features import FEATURE_NAMES, compare_elements, explain, explain_parsed, extract_elements, pair_features_batch, without_admin
 
 
 def test_extracts_admin_road_number_building_poi():

@@ -105,7 +105,7 @@ def test_a_run_gets_the_same_answers_whatever_else_is_in_the_file(shipped):
 
 def test_the_gate_labels_clear_non_matches_without_the_network_and_the_others_as_before(shipped, monkeypatch):
     from mgeo_index.model import group_head
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
     from mgeo_index.runtime import inference
 
     assert shipped.group_head.gate is not None  # the shipped head carries one

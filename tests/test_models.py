@@ -148,7 +148,7 @@ def test_a_tree_head_saves_with_the_cross_encoder_and_refits_on_new_labels(tiny_
 def test_a_features_only_scorer_never_runs_the_transformer(tiny_model_dirs):
     import torch
 
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
     from mgeo_index.model.cross_encoder import FeatureHead
 
     cross = load_cross_encoder(tiny_model_dirs[1])

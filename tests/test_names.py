@@ -7,9 +7,9 @@ import pytest
 
 from mgeo_index.measure.name_set import CONFLICT_KINDS, CONTROL_KINDS, name_pairs
 from mgeo_index.model import numbers
-from mgeo_index.query.conflicts import conflicts, number_conflicts
-from mgeo_index.query.features import explain
-from mgeo_index.query.names import name_conflict, name_of
+from mgeo_index.compare.conflicts import conflicts, number_conflicts
+from mgeo_index.compare.features import explain
+from mgeo_index.compare.names import name_conflict, name_of
 from mgeo_index.settings import LABELS
 from mgeo_index.text.parser import parse
 

@@ -8,9 +8,9 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mgeo_index import settings
-from mgeo_index.query.conflicts import number_conflicts, numbers_agree
-from mgeo_index.query.elements import EXPLAIN_ORDER
-from mgeo_index.query.features import compare_parsed, explain
+from mgeo_index.compare.conflicts import number_conflicts, numbers_agree
+from mgeo_index.compare.elements import EXPLAIN_ORDER
+from mgeo_index.compare.features import compare_parsed, explain
 from mgeo_index.query.match import score_sides
 from mgeo_index.model import numbers
 from mgeo_index.model.cross_encoder import load_cross_encoder

@@ -58,7 +58,7 @@ def test_networks_compute_what_the_torch_backend_computes(backend, tolerance):
 def test_the_cascade_decides_as_the_torch_model_does():
     cross = backends.apply(load_cross_encoder(CROSS), "int8")
     mine = numpy_backend.CrossEncoder(CROSS, "int8")
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
 
     features = pair_features_batch(QUERIES * 3, CANDIDATES[::-1] * 3)
     (p_torch, d_torch), (p_numpy, d_numpy) = cross.gate_probabilities(features), mine.gate_probabilities(features)

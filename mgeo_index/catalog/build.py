@@ -171,7 +171,7 @@ def build(
     ``profile``: the profile recorded with the catalog (``default`` / ``accurate``: which bundled cross-encoder its
     queries rerank with unless told otherwise); None keeps the catalog's. ``name_column``: the column holding each
     entry's name (a catalog kept as name + address): entries match by their address with the name after it, and a
-    query's name is compared with it (:mod:`mgeo_index.query.names`); None keeps the catalog's (none for a new one).
+    query's name is compared with it (:mod:`mgeo_index.compare.names`); None keeps the catalog's (none for a new one).
     ``coordinate_columns``: the (longitude, latitude) columns, where they are not named so that they are found
     (:mod:`mgeo_index.catalog.coordinates`); checked as numbers in range, recorded with the catalog.
     A directory that holds files mgeo-index did not write is refused unless ``force``

@@ -133,7 +133,7 @@ def eval_names(
     Example: mgeo-index eval names --data ../shared/data --numbers strict
     """
     from mgeo_index.measure.name_set import name_pairs
-    from mgeo_index.query.features import parse_distinct
+    from mgeo_index.compare.features import parse_distinct
     from mgeo_index.training.data import ccks_catalog
 
     def pairs():

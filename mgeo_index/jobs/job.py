@@ -191,7 +191,7 @@ class JobOptions:
     address_column: str | None = None
     id_column: str | None = None
     # the input column naming each row's place (a store table kept as name + address): a row resolves as its
-    # address with the name after it, the name compared with each entry's (mgeo_index.query.names)
+    # address with the name after it, the name compared with each entry's (mgeo_index.compare.names)
     name_column: str | None = None
     min_probability: float = DEFAULT_MIN_PROBABILITY
     margin: float = DEFAULT_MARGIN

@@ -103,10 +103,10 @@ def evaluate_variants(cross, pairs: dict[str, list[tuple[str, str, str]]], *, de
     test set (:func:`mgeo_index.measure.number_set.number_pairs`: parts ``changed``, another place; ``controls``, the
     same place written otherwise; ``holds``, a range or list and one of its numbers) or the name test set
     (:func:`mgeo_index.measure.name_set.name_pairs`): per part its pairs, the share labelled ``exact_match`` and the
-    share whose parses conflict (:func:`mgeo_index.query.conflicts.conflicts`; for the controls and holds: conflicts
+    share whose parses conflict (:func:`mgeo_index.compare.conflicts.conflicts`; for the controls and holds: conflicts
     that are not one), overall and by kind."""
-    from mgeo_index.query.conflicts import conflicts
-    from mgeo_index.query.features import parse_distinct
+    from mgeo_index.compare.conflicts import conflicts
+    from mgeo_index.compare.features import parse_distinct
     from mgeo_index.query.match import score_sides
     from mgeo_index.text import model_text
 

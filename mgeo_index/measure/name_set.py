@@ -1,4 +1,4 @@
-"""The name test set: catalog entries at one door, for the name half of the policy (:mod:`mgeo_index.query.names`).
+"""The name test set: catalog entries at one door, for the name half of the policy (:mod:`mgeo_index.compare.names`).
 
 Made from a real map catalog (the CCKS2021 candidates: POIs written as road + number + name). Two parts, each a list
 of (entry, other, kind), paired both ways round:
@@ -19,7 +19,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from mgeo_index.query.names import name_of, written_name
+from mgeo_index.compare.names import name_of, written_name
 
 PAIRS_PER_KIND = 300
 CONFLICT_KINDS = {

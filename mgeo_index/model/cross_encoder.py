@@ -4,7 +4,7 @@ A Hugging Face sequence-classification checkpoint with three labels, plus a mani
 the maximum pair length and the calibration temperature fitted on a held-out split.
 
 Optionally a *stacked* scorer: a small feature head over structured agreement features
-(:mod:`mgeo_index.query.features`: which admin levels, road, number, building, POI agree, n-gram and
+(:mod:`mgeo_index.compare.features`: which admin levels, road, number, building, POI agree, n-gram and
 edit-distance similarities) whose logits are combined with the network's:
 ``logits = alpha * network_logits + beta * feature_logits + bias``, the three combination
 parameters fitted on the held-out calibration split (they subsume the temperature).

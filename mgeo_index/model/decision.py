@@ -106,8 +106,8 @@ class Scoring:
     def stacked_logits(self, logits: np.ndarray, first: list[str], second: list[str],
                        features: np.ndarray | None = None) -> np.ndarray:
         """Combine network logits (B, 3) with the feature head's logits for the same pairs
-        (``features``: their :func:`~mgeo_index.query.features.pair_features_batch`, when already computed)."""
-        from mgeo_index.query.features import pair_features_batch
+        (``features``: their :func:`~mgeo_index.compare.features.pair_features_batch`, when already computed)."""
+        from mgeo_index.compare.features import pair_features_batch
 
         if features is None:
             features = pair_features_batch(first, second)

@@ -6,7 +6,7 @@ label than the pair alone does: the best of the lot is likelier the exact match,
 candidates tend to share a label. The group head:
 
 1. describes each pair within its run (:func:`group_features`): its pair features
-   (:data:`mgeo_index.query.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
+   (:data:`mgeo_index.compare.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
    candidates, whether it is the run's best on each, log(run length), and how alike its candidate is to the
    run's other candidates (character 2-gram Jaccard: the largest, the mean, how many above 0.6);
 2. scores that with gradient-boosted trees (LightGBM: :func:`train_booster`, on the train split of every
@@ -217,7 +217,7 @@ def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n
 def attach(cross, directory: str | Path, entry: dict) -> None:
     """Give ``cross`` (a cross-encoder of either backend) the group head of its folder from its manifest ``entry``:
     refused now (:func:`check_group_head`), read when first used (``cross.group_head``)."""
-    from mgeo_index.query.features import FEATURE_NAMES
+    from mgeo_index.compare.features import FEATURE_NAMES
 
     check_group_head(directory, entry, cross.labels, len(FEATURE_NAMES))
     cross._group_head_loader = partial(load_group_head, directory, entry, list(cross.labels), len(FEATURE_NAMES))
@@ -229,7 +229,7 @@ def score_groups(cross, queries: Sequence[str], candidates: Sequence[str], *, fe
     run: consecutive pairs with the same query), by ``cross``'s group head; the network runs on the pairs its
     gate does not settle (on every pair with ``MGEO_INDEX_CASCADE=0``)."""
     from mgeo_index.runtime import inference
-    from mgeo_index.query.features import pair_features_batch
+    from mgeo_index.compare.features import pair_features_batch
 
     head: GroupHead = cross.group_head
     n = len(queries)

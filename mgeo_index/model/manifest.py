@@ -165,7 +165,7 @@ def read_cross_manifest(path: str | Path, *, stacked: bool = True, group_head: b
            "temperature": float(manifest.get("temperature", 1.0)), "stack": None, "gate": None,
            "decision_offsets": None, "number_policy": None, "group_head": None}
     if stacked and manifest.get("stack"):
-        from mgeo_index.query.features import FEATURE_NAMES
+        from mgeo_index.compare.features import FEATURE_NAMES
         from mgeo_index.text.parser import parser_version
 
         refit = f"refit it: python scripts/recalibrate.py --model {path}"

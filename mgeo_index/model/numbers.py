@@ -5,7 +5,7 @@ swapped digit) and CCKS2021, its training data, is POI matching where numbers ar
 number is the door. So the decision does not leave it to the scorer:
 
 - **strict** (default): when both sides write a road number, building, floor, unit or room and no number of one
-  side agrees with the other's (:func:`mgeo_index.query.conflicts.number_conflicts`: equal values, 88号院 ~ 88号, a range
+  side agrees with the other's (:func:`mgeo_index.compare.conflicts.number_conflicts`: equal values, 88号院 ~ 88号, a range
   4-6号 holding 5号; Chinese and full-width numerals are digits after normalization), the pair's label is never
   ``exact_match``. Its probabilities are those of pairs with such a conflict: P(exact_match) is the share of
   ``exact_match`` among the conflicting pairs of the calibration split, or the scorer's where lower (label noise and
@@ -14,7 +14,7 @@ number is the door. So the decision does not leave it to the scorer:
   ``partial_match`` and ``not_match`` by the scorer's odds times a factor fitted by likelihood on the same pairs
   (:func:`mgeo_index.training.calibrate.fit_number_policy`): the label left, partial or not, is the scorer's
   call. Unit and room conflicts are handled the same way (the same building, another door), and so are two
-  names that are two places (:func:`mgeo_index.query.names.name_conflict`: 文明路564号顺丰窗帘 /
+  names that are two places (:func:`mgeo_index.compare.names.name_conflict`: 文明路564号顺丰窗帘 /
   文明路564号21世纪不动产 — at one door, the name decides).
 - **loose**: the scorer alone, for catalogs whose numbers are unreliable (POI lists); the explanation still shows
   the conflict.
@@ -39,9 +39,9 @@ UNFITTED = {"exact_match": 0.037, "partial_vs_not": 0.0}
 
 def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict], found: Sequence[dict] | None = None) -> np.ndarray:
     """Per pair of parses: whether they are two places by their numbers or their names
-    (:func:`mgeo_index.query.conflicts.conflicts`). ``found``: the pairs'
-    :func:`~mgeo_index.query.conflicts.number_conflicts`, when the caller has them."""
-    from mgeo_index.query.conflicts import conflicts
+    (:func:`mgeo_index.compare.conflicts.conflicts`). ``found``: the pairs'
+    :func:`~mgeo_index.compare.conflicts.number_conflicts`, when the caller has them."""
+    from mgeo_index.compare.conflicts import conflicts
 
     found = [None] * len(parsed_a) if found is None else found
     return np.array([bool(conflicts(a, b, f)) for a, b, f in zip(parsed_a, parsed_b, found)], dtype=bool)
@@ -106,7 +106,7 @@ def share_exact(shown: np.ndarray, decided: np.ndarray, candidates: Sequence[dic
     """One answer's (probabilities, labels) with :func:`exclusive` applied to its entries labelled exact_match whose
     numbers or names conflict with each other (``candidates``: the entries' parses, in the answer's order);
     unchanged when none do."""
-    from mgeo_index.query.conflicts import conflicts
+    from mgeo_index.compare.conflicts import conflicts
 
     exact = labels.index("exact_match")
     same = [i for i, d in enumerate(decided) if d == exact]

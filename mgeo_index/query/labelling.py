@@ -18,7 +18,7 @@ import numpy as np
 
 from mgeo_index.model import group_head as group_heads
 from mgeo_index.model import numbers as number_policy
-from mgeo_index.query.features import pair_features_batch
+from mgeo_index.compare.features import pair_features_batch
 from mgeo_index.runtime import inference
 
 
@@ -51,13 +51,13 @@ def label_pairs(cross, firsts: Sequence[str], seconds: Sequence[str], parsed_fir
     """Label the pairs (``firsts[i]``, ``seconds[i]``) of :func:`mgeo_index.text.model_text` texts with ``cross``.
 
     ``parsed_*``: both sides' parses (needed under the strict number policy); ``features``: the stacked scorer's
-    pair features when the caller has them (:func:`mgeo_index.query.features.pair_features_batch`); ``numbers``: the
+    pair features when the caller has them (:func:`mgeo_index.compare.features.pair_features_batch`); ``numbers``: the
     number policy (strict by default). ``runs``: the sizes of consecutive runs of pairs that are one query's
     candidates (None: every pair on its own): under the strict policy the exact matches that conflict with each
     other within a run share that mass, and with ``group_head`` the model's group head (where it has one) judges
     each run's candidates together. ``settled``: pairs left to the feature-only scorer
     (:func:`score_pairs`; not with ``group_head``). ``found``: the pairs'
-    :func:`~mgeo_index.query.conflicts.number_conflicts` when the caller has them (computed for its features)."""
+    :func:`~mgeo_index.compare.conflicts.number_conflicts` when the caller has them (computed for its features)."""
     strict = number_policy.check_mode(numbers) == "strict"
     offsets = None  # the deciding head's decision offsets: the cross-encoder's, or the group head's
     if group_head and cross.group_head is not None:
@@ -93,7 +93,7 @@ def score_pairs(
 ) -> np.ndarray:
     """Label probabilities (n, 3) for (query, candidate) pairs, columns in ``cross.labels`` order.
 
-    ``features``: the pairs' :func:`~mgeo_index.query.features.pair_features_batch` rows, if the caller has them
+    ``features``: the pairs' :func:`~mgeo_index.compare.features.pair_features_batch` rows, if the caller has them
     (a stacked cross-encoder needs them; computed here otherwise). ``settled``: a mask of pairs the caller has no
     use for the network's finer opinion on (``resolve``'s candidates far behind a query's best): with a cascade
     they keep the feature-only probabilities as the pairs its gate decides do; without one it is ignored."""

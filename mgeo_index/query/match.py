@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgeo_index import files
-from mgeo_index.query import conflicts, features
+from mgeo_index.compare import conflicts, features
 from mgeo_index.query.labelling import label_pairs, runs_of
 from mgeo_index.catalog.reader import CatalogError, data_suffix, detect_encoding, open_text, sniff_delimiter
 from mgeo_index.model import numbers as number_policy

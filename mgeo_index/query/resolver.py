@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mgeo_index import settings, store
-from mgeo_index.query import conflicts, features
+from mgeo_index.compare import conflicts, features
 from mgeo_index.catalog import index_json
 from mgeo_index.index import sparse as sparse_index, vector_store
 from mgeo_index.runtime import inference
@@ -114,7 +114,7 @@ class Resolver:
         setting when None (:mod:`mgeo_index.model.numbers`). ``names``: each query's place name, for queries
         kept as name + address (None or empty where a query has none): the query matches as its address with the
         name after it (:func:`~mgeo_index.text.with_name`), and the name is compared with each entry's
-        (:mod:`mgeo_index.query.names`). An index built with ``--name-column`` gives each match its ``name``; every
+        (:mod:`mgeo_index.compare.names`). An index built with ``--name-column`` gives each match its ``name``; every
         match carries ``fields``, the entry's own catalog columns but its address and id (as the catalog wrote them).
         """
         numbers = number_policy.check_mode(numbers or self.numbers)

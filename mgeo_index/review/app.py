@@ -38,7 +38,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from mgeo_index import store
-from mgeo_index.query.elements import EXPLAIN_ORDER
+from mgeo_index.compare.elements import EXPLAIN_ORDER
 from mgeo_index.service.middleware import LOOPBACK_HOSTS, host_allowed, same_origin  # noqa: F401 (LOOPBACK_HOSTS: re-exported)
 from mgeo_index.store.reviews import DECISIONS, ReviewConflict, ReviewError
 

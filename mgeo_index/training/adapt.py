@@ -30,7 +30,7 @@ import torch
 
 from mgeo_index import settings
 from mgeo_index.runtime import kernels
-from mgeo_index.query.features import FEATURE_NAMES, pair_features_batch
+from mgeo_index.compare.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, load_cross_encoder, save_head
 from mgeo_index.model.group_head import GROUP_HEAD
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, train_tree_head

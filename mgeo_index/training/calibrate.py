@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from mgeo_index.query import labelling
-from mgeo_index.query.features import FEATURE_NAMES, pair_features_batch
+from mgeo_index.compare.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import GATE_MAX_EXACT, CrossEncoder, FeatureHead, average_heads, load_cross_encoder
 from mgeo_index.settings import LABELS
 from mgeo_index.text import normalize
@@ -258,7 +258,7 @@ def fit_number_policy(cross: CrossEncoder, examples: list[tuple[str, str, int]])
     and the factor on the scorer's partial / not odds (as :func:`mgeo_index.query.match.score_sides` gives them pair by
     pair under ``loose``) by likelihood on those labelled partial or not. With fewer than 50 conflicting pairs
     the policy keeps its defaults (``cross.number_policy`` None). Returns what was fitted, on how many pairs."""
-    from mgeo_index.query.features import parse_distinct
+    from mgeo_index.compare.features import parse_distinct
     from mgeo_index.query.match import score_sides
     from mgeo_index.model import numbers
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mgeo_index.query import labelling
-from mgeo_index.query.features import pair_features_batch
+from mgeo_index.compare.features import pair_features_batch
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
 from mgeo_index.model.group_head import (ROUNDS, SEEDS, GroupGate, GroupHead, decide, group_features, settles,

@@ -2,7 +2,7 @@
 
 NULL (every catalog built before, and every one built without ``--name-column``): the name is read off the address
 text (the spans the tagger labels ``poi`` / ``subpoi``). Otherwise the catalog column whose value is each entry's
-name: matched with the address, and compared field by field with a query's name (:mod:`mgeo_index.query.names`).
+name: matched with the address, and compared field by field with a query's name (:mod:`mgeo_index.compare.names`).
 One nullable column: nothing existing changes.
 
 Revision ID: 0010_catalog_name_column

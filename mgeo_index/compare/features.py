@@ -16,8 +16,8 @@ import numpy as np
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
-from mgeo_index.query.conflicts import TEXT_CONFLICTS, conflicts, number_conflicts, number_value, numbers_agree
-from mgeo_index.query.elements import (ADMIN_ELEMENTS, ADMIN_LEVEL_NAMES, DIGITS, EXPLAIN_ORDER, NUMBERED, core, same,
+from mgeo_index.compare.conflicts import TEXT_CONFLICTS, conflicts, number_conflicts, number_value, numbers_agree
+from mgeo_index.compare.elements import (ADMIN_ELEMENTS, ADMIN_LEVEL_NAMES, DIGITS, EXPLAIN_ORDER, NUMBERED, core, same,
                                        spans)
 from mgeo_index.text import normalize
 from mgeo_index.text.parser import parse

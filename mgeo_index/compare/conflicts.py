@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from mgeo_index.query.elements import NUMBERED, PARSED_ELEMENTS, same, spans
-from mgeo_index.query.names import below_admin, name_conflict
+from mgeo_index.compare.elements import NUMBERED, PARSED_ELEMENTS, same, spans
+from mgeo_index.compare.names import below_admin, name_conflict
 from mgeo_index.text import normalize
 
 # A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
@@ -281,7 +281,7 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
 def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = None) -> dict[str, tuple[str, str]]:
     """Where two parsed addresses are two places: :func:`number_conflicts` (``found``, when the caller has them), and
     element ``name`` when both name a place and the names are two places
-    (:func:`mgeo_index.query.names.name_conflict`). ``{element: (query, candidate)}``; empty when nothing
+    (:func:`mgeo_index.compare.names.name_conflict`). ``{element: (query, candidate)}``; empty when nothing
     conflicts."""
     out = number_conflicts(qa, qb) if found is None else found
     if names := name_conflict(qa, qb):

@@ -1,7 +1,7 @@
 """The address elements, named once: the element parser's labels as explanation rows (:data:`PARSED_ELEMENTS`, in
 address order: :data:`EXPLAIN_ORDER`), the admin levels among them, and how two spans of one element compare
-(:func:`core`, :func:`same`). The pair features (:mod:`mgeo_index.query.features`), the conflicts
-(:mod:`mgeo_index.query.conflicts`), explanations and the review page read them from here.
+(:func:`core`, :func:`same`). The pair features (:mod:`mgeo_index.compare.features`), the conflicts
+(:mod:`mgeo_index.compare.conflicts`), explanations and the review page read them from here.
 """
 from __future__ import annotations
 
