@@ -61,9 +61,9 @@ def pools_of(index_dir: Path, pairs_file: Path) -> dict:
         seen["features"] = features
         return score_pairs(cross, firsts, seconds, features=features, **kw)
 
-    def reranking(self, normalized, results, depth, parsed):
-        seen["pools"] = [[(m["id"], m["_fused"]) for m in matches] for matches in results]
-        rerank(self, normalized, results, depth, parsed)
+    def reranking(self, normalized, results, depth, parsed, numbers):
+        seen["pools"] = [[(c.id, c.fused) for c in matches] for matches in results]
+        rerank(self, normalized, results, depth, parsed, numbers)
 
     out: dict[str, list] = {"query": [], "fused": [], "gold": [], "net": [], "features": []}
     labelling.score_pairs, resolving.Resolver._rerank = scoring, reranking

@@ -60,6 +60,22 @@ NETWORK_DEPTH = 4
 NETWORK_GAP = 0.3
 
 
+@dataclass(slots=True)
+class Retrieved:
+    """A retrieved entry on its way to an answer: ``match``, the answer's dict as it will be shown (filled in by the
+    reranker and explanations); the entry's normalized text, which the reranker compares with the query; and its
+    fused retrieval score relative to the query's best (1.0 for the best-retrieved candidate), a share of the
+    ranking key."""
+
+    match: dict
+    normalized: str
+    fused: float
+
+    @property
+    def id(self) -> int:
+        return self.match["id"]
+
+
 @dataclass
 class Resolver:
     bi: BiEncoder
@@ -148,15 +164,11 @@ class Resolver:
                          numbers)
         for matches in results:
             del matches[top_k:]
-            for m in matches:
-                m.pop("_fused")
         if explain:
             for (query, candidates), matches in zip(parsed, results):
-                for m in matches:
-                    m["explain"] = features.explain_parsed(query, candidates[m["id"]])
-        for matches in results:
-            for m in matches:
-                m.pop("_normalized")
+                for c in matches:
+                    c.match["explain"] = features.explain_parsed(query, candidates[c.id])
+        results = [[c.match for c in matches] for matches in results]
         if confirmed:
             results = self.apply_confirmations(normalized, results, top_k=top_k, explain=explain, rerank=rerank)
         return results
@@ -184,28 +196,24 @@ class Resolver:
         return sparse_index.fuse(rankings, depth, weights)
 
     def _matches(self, normalized: list[str], vectors: np.ndarray,
-                 candidates: list[list[tuple[int, float]]]) -> list[list[dict]]:
-        """Each query's retrieved entries as matches: the stored entry, its dense cosine with the query, and for the
-        reranker its normalized text (``_normalized``) and its fused score relative to the query's best (``_fused``)."""
+                 candidates: list[list[tuple[int, float]]]) -> list[list[Retrieved]]:
+        """Each query's retrieved entries: the match (the stored entry, its dense cosine with the query), and for the
+        reranker its normalized text and its fused score relative to the query's best (:class:`Retrieved`)."""
         entries = store.get_entries(self.engine, sorted({i for row in candidates for i, _ in row}))
         stored = vector_store.stored_vectors(self.index, sorted(entries))  # one read for the batch's candidates
-        results: list[list[dict]] = []
+        results: list[list[Retrieved]] = []
         for query, vector, row in zip(normalized, vectors, candidates):
             # nothing left to match (empty, only spaces, punctuation or control characters): no candidates
             row = [(i, fused) for i, fused in row if i in entries] if has_content(query) else []
             top_fused = row[0][1] if row else 1.0
             results.append(
                 [
-                    {
-                        "id": i,
-                        "source_id": entries[i]["source_id"],
-                        "address": entries[i]["address"],
-                        "score": score,
-                        **self._name_of(entries[i]),
-                        "fields": dict(entries[i]["extra"] or {}),
-                        "_normalized": entries[i]["normalized"],
-                        "_fused": fused / top_fused,  # 1.0 for the best-retrieved candidate
-                    }
+                    Retrieved(
+                        {"id": i, "source_id": entries[i]["source_id"], "address": entries[i]["address"], "score": score,
+                         **self._name_of(entries[i]), "fields": dict(entries[i]["extra"] or {})},
+                        entries[i]["normalized"],
+                        fused / top_fused,  # 1.0 for the best-retrieved candidate
+                    )
                     for (i, fused), score in zip(row, self._cosines(vector, [i for i, _ in row], stored))
                 ]
             )
@@ -265,19 +273,19 @@ class Resolver:
         candidate = stored[entry_id] | {"text": entry_normalized} if entry_id in stored else parse([entry_normalized])[0]
         return features.explain_parsed(parse([query])[0], candidate)
 
-    def _parses(self, query_parses: list[dict], results: list[list[dict]]) -> list[tuple[dict, dict[int, dict]]]:
+    def _parses(self, query_parses: list[dict], results: list[list[Retrieved]]) -> list[tuple[dict, dict[int, dict]]]:
         """Each query's parse with its candidates' parses: read from the store (written by ``build``; with the
         entry's normalized ``text``, as a parse has it, and its ``name`` where the catalog has a name column), parsed
         now for entries built before that existed or by another parser version."""
-        known = self._current_elements([m["id"] for matches in results for m in matches])
-        missing = sorted({m["_normalized"] for matches in results for m in matches if m["id"] not in known})
+        known = self._current_elements([c.id for matches in results for c in matches])
+        missing = sorted({c.normalized for matches in results for c in matches if c.id not in known})
         fresh = dict(zip(missing, parse(missing))) if missing else {}
 
-        def candidate(m: dict) -> dict:
-            found = known[m["id"]] | {"text": m["_normalized"]} if m["id"] in known else fresh[m["_normalized"]]
-            return found | {"name": m["name"]} if m.get("name") else found
+        def candidate(c: Retrieved) -> dict:
+            found = known[c.id] | {"text": c.normalized} if c.id in known else fresh[c.normalized]
+            return found | {"name": c.match["name"]} if c.match.get("name") else found
 
-        return [(query, {m["id"]: candidate(m) for m in matches}) for query, matches in zip(query_parses, results)]
+        return [(query, {c.id: candidate(c) for c in matches}) for query, matches in zip(query_parses, results)]
 
     def _current_elements(self, ids: list[int]) -> dict[int, dict]:
         """The stored parses of these entries that the current parser made (``build`` writes them)."""
@@ -314,7 +322,7 @@ class Resolver:
         vector_store.close(self.index)
         self.engine.dispose()
 
-    def _rerank(self, normalized: list[str], results: list[list[dict]], depth: int,
+    def _rerank(self, normalized: list[str], results: list[list[Retrieved]], depth: int,
                 parsed: list[tuple[dict, dict[int, dict]]] | None, numbers: str = number_policy.DEFAULT) -> None:
         """Score each query's candidates with the cross-encoder and sort them best first.
 
@@ -330,9 +338,9 @@ class Resolver:
         labels = cross.labels
         exact, partial = labels.index("exact_match"), labels.index("partial_match")
         firsts = [q for q, matches in zip(normalized, results) for _ in matches]
-        seconds = [m["_normalized"] for matches in results for m in matches]
+        seconds = [c.normalized for matches in results for c in matches]
         parsed_firsts = [query for (query, _), matches in zip(parsed, results) for _ in matches] if parsed else None
-        parsed_seconds = [cs[m["id"]] for (_, cs), matches in zip(parsed, results) for m in matches] if parsed else None
+        parsed_seconds = [cs[c.id] for (_, cs), matches in zip(parsed, results) for c in matches] if parsed else None
         # each pair's number conflicts, read by the pair features and the number policy alike
         read = bool(parsed) and (cross.feature_head is not None or numbers == "strict")
         found = conflicts.number_conflicts_batch(parsed_firsts, parsed_seconds) if read else None
@@ -345,7 +353,7 @@ class Resolver:
                 kept, settled, start = [], [], 0
                 for matches in results:
                     rows = range(start, start + len(matches))
-                    key = {r: prior[r] + RETRIEVAL_WEIGHT * matches[r - start]["_fused"] for r in rows}
+                    key = {r: prior[r] + RETRIEVAL_WEIGHT * matches[r - start].fused for r in rows}
                     best = sorted(rows, key=lambda r: -key[r])[:depth]
                     # the network judges the candidates that may yet come first: the NETWORK_DEPTH most promising
                     # within NETWORK_GAP of the best; the others keep the feature-only probabilities
@@ -366,15 +374,15 @@ class Resolver:
         for matches in results:
             rows = range(row, row + len(matches))
             ranks = []
-            for m, r in zip(matches, rows):
+            for c, r in zip(matches, rows):
                 # ranked by the calibrated probabilities; shown with the label the most probable
                 p, q, best = labelled.calibrated[r], labelled.shown[r], int(labelled.decided[r])
-                m["label"] = labels[best]
-                m["probability"] = round(float(q[best]), 6)
-                m["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, q)}
-                ranks.append(float(p[exact] + PARTIAL_WEIGHT * p[partial] + RETRIEVAL_WEIGHT * m["_fused"]))
+                c.match["label"] = labels[best]
+                c.match["probability"] = round(float(q[best]), 6)
+                c.match["probabilities"] = {label: round(float(v), 6) for label, v in zip(labels, q)}
+                ranks.append(float(p[exact] + PARTIAL_WEIGHT * p[partial] + RETRIEVAL_WEIGHT * c.fused))
             row = rows.stop
-            order = sorted(range(len(matches)), key=lambda i: (-ranks[i], -(matches[i]["score"] or 0.0)))
+            order = sorted(range(len(matches)), key=lambda i: (-ranks[i], -(matches[i].match["score"] or 0.0)))
             matches[:] = [matches[i] for i in order]
 
 
