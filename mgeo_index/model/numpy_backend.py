@@ -175,35 +175,23 @@ class FeatureHead:
 
 
 class Network:
-    """What both models here share: ``forward`` over NumPy inputs, run in batches by :meth:`run`."""
+    """What both models here share: ``forward`` over NumPy inputs, and :meth:`outputs` of one batch, which
+    :func:`mgeo_index.runtime.inference._run` cuts, tokenizes and puts back in order as it does for torch."""
 
     backend = "numpy"
     plan = None  # the plan it was loaded for (mgeo_index.model.loading sets it)
     tokenizer = None
     max_length: int
 
-    def run(self, first, second, *, output: str, temperature: float, max_tokens: int, max_batch: int,
-            on_batch=None) -> np.ndarray:
-        """:func:`mgeo_index.runtime.inference._run` for a model of this backend: length-sorted batches, each
-        padded to its longest item, results in input order."""
-        from mgeo_index.runtime.inference import input_batches
-
-        n = len(first)
-        out = None
-        for idx in input_batches(first, second, max_length=self.max_length, max_tokens=max_tokens, max_batch=max_batch):
-            inputs = self.tokenizer([first[i] for i in idx], [second[i] for i in idx] if second is not None else None,
-                                    padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-            result = self.forward(**inputs)
-            if output == "normalized":  # as torch.nn.functional.normalize
-                result = result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), np.float32(1e-12))
-            elif output == "probabilities":
-                result = self._softmax(result, temperature)
-            if out is None:
-                out = np.empty((n, result.shape[1]), dtype=np.float32)
-            out[idx] = result
-            if on_batch is not None:
-                on_batch(len(idx))
-        return out if out is not None else np.empty((0, 0), dtype=np.float32)
+    def outputs(self, batch: dict, output: str, temperature: float) -> np.ndarray:
+        """One tokenized batch's ``normalized`` rows (as torch.nn.functional.normalize), ``logits`` or
+        ``probabilities`` (softmax at ``temperature``)."""
+        result = self.forward(**batch)
+        if output == "normalized":
+            return result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), np.float32(1e-12))
+        if output == "probabilities":
+            return self._softmax(result, temperature)
+        return result
 
     def _softmax(self, logits: np.ndarray, temperature: float) -> np.ndarray:
         """Row softmax of ``logits / temperature`` (the cross-encoder's, for :class:`Scoring` too)."""

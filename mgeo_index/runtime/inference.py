@@ -63,7 +63,8 @@ def _autocast(device: str, precision: str):
     return torch.autocast(device_type="cuda" if str(device).startswith("cuda") else "cpu", dtype=dtype)
 
 
-def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length: int, cuda: bool) -> dict:
+def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length: int, cuda: bool,
+              tensors: str = "pt") -> dict:
     return tokenizer(
         first,
         second,
@@ -71,12 +72,12 @@ def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length:
         truncation=True,
         max_length=max_length,
         pad_to_multiple_of=8 if cuda else None,
-        return_tensors="pt",
+        return_tensors=tensors,
     )
 
 
 def _run(
-    module: torch.nn.Module,
+    module,
     tokenizer,
     first: Sequence[str],
     second: Sequence[str] | None,
@@ -91,66 +92,80 @@ def _run(
     temperature: float = 1.0,
 ) -> np.ndarray:
     """``output`` of each item, input order: ``normalized`` (L2-normalized rows), ``logits`` or ``probabilities``
-    (softmax at ``temperature``), float32."""
-    if getattr(module, "backend", None) == "numpy":  # mgeo_index.model.numpy_backend's models batch themselves
-        return module.run(first, second, output=output, temperature=temperature,
-                          max_tokens=max_tokens or CPU_MAX_TOKENS, max_batch=max_batch, on_batch=on_batch)
+    (softmax at ``temperature``), float32. A torch module (on the CPU, or pipelined on CUDA) or a model of
+    :mod:`mgeo_index.model.numpy_backend` (``backend == "numpy"``: its ``outputs`` computes one batch, no torch
+    imported); the batches and their order are this function's either way."""
+    numpy_model = getattr(module, "backend", None) == "numpy"
+    if not numpy_model:
+        device = str(device or next(module.parameters()).device)
+    cuda = not numpy_model and device.startswith("cuda")
+    max_tokens = max_tokens or (GPU_MAX_TOKENS if cuda else CPU_MAX_TOKENS)
+    batches = input_batches(first, second, max_length=max_length, max_tokens=max_tokens, max_batch=max_batch)
+
+    def inputs(idx: np.ndarray, tensors: str) -> dict:
+        return dict(_tokenize(tokenizer, [first[i] for i in idx], [second[i] for i in idx] if second is not None else None,
+                              max_length, cuda, tensors))
+
+    if numpy_model:
+        return _in_order(len(first), batches, lambda idx: module.outputs(inputs(idx, "np"), output, temperature),
+                         on_batch)
     import torch
 
     from mgeo_index.runtime import kernels
 
     postprocess = {"normalized": lambda x: kernels.l2_normalize(x.float()), "logits": lambda x: x.float(),
                    "probabilities": lambda x: kernels.softmax(x.float(), temperature=temperature)}[output]
-    device = str(device or next(module.parameters()).device)
-    precision = precision or default_precision(device)
     runner = getattr(module, "runner", None)  # set by backends.apply (ONNX Runtime, int8, compiled…)
     runner = module if runner is None else runner
-    cuda = device.startswith("cuda")
-    max_tokens = max_tokens or (GPU_MAX_TOKENS if cuda else CPU_MAX_TOKENS)
-    n = len(first)
-    batches = input_batches(first, second, max_length=max_length, max_tokens=max_tokens, max_batch=max_batch)
+    with torch.inference_mode(), _autocast(device, precision or default_precision(device)):
+        if cuda:
+            return _in_order_cuda(len(first), batches, lambda idx: inputs(idx, "pt"), runner, postprocess, device,
+                                  on_batch)
+        return _in_order(len(first), batches, lambda idx: postprocess(runner(**inputs(idx, "pt"))).float().numpy(),
+                         on_batch)
+
+
+def _in_order(n: int, batches: list[np.ndarray], compute: Callable[[np.ndarray], np.ndarray],
+              on_batch: Callable[[int], None] | None) -> np.ndarray:
+    """``compute(idx)`` of each batch of item indices, put back in input order: float32 (n, width)."""
     out: np.ndarray | None = None
-    copy_stream = torch.cuda.Stream() if cuda else None
+    for idx in batches:
+        result = compute(idx)
+        if out is None:
+            out = np.empty((n, result.shape[1]), dtype=np.float32)
+        out[idx] = result
+        if on_batch is not None:
+            on_batch(len(idx))
+    return out if out is not None else np.empty((0, 0), dtype=np.float32)
+
+
+def _in_order_cuda(n: int, batches: list[np.ndarray], inputs: Callable[[np.ndarray], dict], runner, postprocess,
+                   device: str, on_batch: Callable[[int], None] | None) -> np.ndarray:
+    """:func:`_in_order` on a CUDA device: each batch's inputs pinned and uploaded on a side stream while the batch
+    before runs, the results brought back with one sync at the end."""
+    import torch
+
+    copy_stream = torch.cuda.Stream()
 
     def upload(idx: np.ndarray) -> dict:
-        enc = _tokenize(
-            tokenizer,
-            [first[i] for i in idx],
-            [second[i] for i in idx] if second is not None else None,
-            max_length,
-            cuda,
-        )
-        if not cuda:
-            return dict(enc)
         with torch.cuda.stream(copy_stream):
-            return {k: v.pin_memory().to(device, non_blocking=True) for k, v in enc.items()}
+            return {k: v.pin_memory().to(device, non_blocking=True) for k, v in inputs(idx).items()}
 
-    with torch.inference_mode(), _autocast(device, precision):
-        pending = upload(batches[0]) if batches else None
-        results: list[tuple[np.ndarray, torch.Tensor]] = []
-        for b, idx in enumerate(batches):
-            inputs = pending
-            if cuda:
-                torch.cuda.current_stream().wait_stream(copy_stream)
-                for tensor in inputs.values():  # allocated on the copy stream, used on this one
-                    tensor.record_stream(torch.cuda.current_stream())
-            result = postprocess(runner(**inputs))
-            # tokenize + upload the next batch while this one runs on the GPU
-            pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
-            if cuda:
-                results.append((idx, result))
-            else:
-                if out is None:
-                    out = np.empty((n, result.shape[1]), dtype=np.float32)
-                out[idx] = result.float().numpy()
-            if on_batch is not None:
-                on_batch(len(idx))
-        for idx, result in results:  # CUDA: one sync at the end instead of one per batch
-            host = result.float().to("cpu", non_blocking=False).numpy()
-            if out is None:
-                out = np.empty((n, host.shape[1]), dtype=np.float32)
-            out[idx] = host
-    return out if out is not None else np.empty((0, 0), dtype=np.float32)
+    pending = upload(batches[0]) if batches else None
+    results: list[tuple[np.ndarray, torch.Tensor]] = []
+    for b, idx in enumerate(batches):
+        batch = pending
+        torch.cuda.current_stream().wait_stream(copy_stream)
+        for tensor in batch.values():  # allocated on the copy stream, used on this one
+            tensor.record_stream(torch.cuda.current_stream())
+        results.append((idx, postprocess(runner(**batch))))
+        # tokenize + upload the next batch while this one runs on the GPU
+        pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
+        if on_batch is not None:
+            on_batch(len(idx))
+    launched = iter(result for _, result in results)  # brought back in the order they ran
+    return _in_order(n, [idx for idx, _ in results],
+                     lambda idx: next(launched).float().to("cpu", non_blocking=False).numpy(), None)
 
 
 def encode(
