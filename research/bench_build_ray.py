@@ -1,6 +1,6 @@
-"""`build --engine ray` against the local engine, side by side in one run, on the same synthesized catalog.
+"""`build --runner ray` against the local runner, side by side in one run, on the same synthesized catalog.
 
-Builds the catalog twice into fresh index directories (local engine first, then Ray with ``--workers``
+Builds the catalog twice into fresh index directories (local runner first, then Ray with ``--workers``
 actors, Ray started by the build itself, as the CLI does) and prints each build's seconds, rows/s and
 stage timings, then whether the two catalogs are the same: entries (ids, catalog ids, addresses, normalized
 text), parsed elements, the FAISS ids, and the largest vector difference.
@@ -25,7 +25,7 @@ from mgeo_index.measure.bench import synthesize_catalog  # noqa: E402
 from mgeo_index.catalog.build import build  # noqa: E402
 from mgeo_index.catalog.consistency import catalog_state# noqa: E402
 
-TOLERANCE = 1e-5  # FP32 on the CPU is batch-independent and both engines embed the same batches: ~0 expected
+TOLERANCE = 1e-5  # FP32 on the CPU is batch-independent and both runners embed the same batches: ~0 expected
 
 
 
@@ -42,12 +42,12 @@ def compare(local: Path, remote: Path) -> dict:
     }
 
 
-def timed_build(catalog: Path, index_dir: Path, args, **engine) -> dict:
+def timed_build(catalog: Path, index_dir: Path, args, **runner) -> dict:
     started = time.perf_counter()
     result = build(catalog, index_dir, id_column="id", device=args.device, backend=args.backend,
-                   chunk_size=args.chunk_size, **engine)
+                   chunk_size=args.chunk_size, **runner)
     seconds = time.perf_counter() - started
-    return {"engine": result.engine, "seconds": round(seconds, 2), "rows_per_second": round(result.rows_read / seconds, 1),
+    return {"runner": result.runner, "seconds": round(seconds, 2), "rows_per_second": round(result.rows_read / seconds, 1),
             "entries": result.entries_total, "stages": {k: round(v, 2) for k, v in result.seconds.items()}}
 
 
@@ -69,7 +69,7 @@ def main() -> None:
         shutil.rmtree(work / name, ignore_errors=True)
     catalog = synthesize_catalog(args.data, args.rows, work / "catalog.tsv")
     local = timed_build(catalog, work / "local", args)
-    remote = timed_build(catalog, work / "ray", args, engine="ray", workers=args.workers)
+    remote = timed_build(catalog, work / "ray", args, runner="ray", workers=args.workers)
     try:
         import ray
 
@@ -82,7 +82,7 @@ def main() -> None:
         print(json.dumps(report))
         return
     for side in (local, remote):
-        print(f"{side['engine']:>5}: {side['seconds']:7.1f} s  {side['rows_per_second']:8.1f} rows/s  "
+        print(f"{side['runner']:>5}: {side['seconds']:7.1f} s  {side['rows_per_second']:8.1f} rows/s  "
               + ", ".join(f"{k} {v:.1f}" for k, v in side["stages"].items()))
     print(f"ray / local: {report['ray_over_local']:.3f}")
     print(f"entries match: {report['entries_match']}; elements match: {report['elements_match']}; ids match: "

@@ -1,4 +1,4 @@
-"""`build --engine ray`: parsing and embedding on Ray Data actor pools while this process keeps the store
+"""`build --runner ray`: parsing and embedding on Ray Data actor pools while this process keeps the store
 writes, the generation switch and the crash points.
 
 - a Ray build SIGKILLed mid-embedding (``MGEO_INDEX_CRASH_AT=embedding``) and then re-run ends in the same
@@ -78,7 +78,7 @@ def _answers(index_dir: Path) -> list[list[tuple]]:
 
 def _ray_writer(index_dir: str, address: str) -> None:
     os.environ["MGEO_INDEX_CRASH_AT"] = "embedding"
-    build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=CHUNK, engine="ray",
+    build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=CHUNK, runner="ray",
           ray_address=address, workers=2)
 
 
@@ -101,8 +101,8 @@ def test_ray_build_killed_mid_embedding_then_rerun_equals_a_local_build(tmp_path
     engine.dispose()
 
     result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=CHUNK,
-                   engine="ray", workers=2)  # the same command: this process's Ray
-    assert result.engine == "ray" and "ray start" in result.seconds
+                   runner="ray", workers=2)  # the same command: this process's Ray
+    assert result.runner == "ray" and "ray start" in result.seconds
     assert (result.rows_inserted, result.entries_parsed, result.vectors_added, result.vectors_total) == (0, 0, 300, 300)
     assert check(index_dir).clean
 
@@ -136,37 +136,37 @@ def test_ray_options_are_refused_clearly_before_anything_is_stored(tmp_path, ray
         return runner.invoke(app, ["build", str(settings.SAMPLE_CATALOG), "--index-dir", str(index_dir), "--device", "cpu",
                                    *map(str, options)])
 
-    result = cli_build("--engine", "ray", "--workers", "0")
+    result = cli_build("--runner", "ray", "--workers", "0")
     assert result.exit_code == 2 and "Invalid value for '--workers'" in result.output and "Traceback" not in result.output
     with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
-        build(settings.SAMPLE_CATALOG, index_dir, engine="ray", workers=0)
-    with pytest.raises(ValueError, match="--gpus-per-worker is for --engine ray"):
+        build(settings.SAMPLE_CATALOG, index_dir, runner="ray", workers=0)
+    with pytest.raises(ValueError, match="--gpus-per-worker is for --runner ray"):
         build(settings.SAMPLE_CATALOG, index_dir, workers=2, gpus_per_worker=1)
     with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
         build(settings.SAMPLE_CATALOG, index_dir, workers=0)
-    assert "--engine must be local or ray, not 'spark'" in _one_error_line(cli_build("--engine", "spark"))
+    assert "--runner must be local or ray, not 'spark'" in _one_error_line(cli_build("--runner", "spark"))
     assert "GPU actors (--gpus-per-worker) run torch" in _one_error_line(
-        cli_build("--engine", "ray", "--gpus-per-worker", "1", "--backend", "int8"))
+        cli_build("--runner", "ray", "--gpus-per-worker", "1", "--backend", "int8"))
 
     import ray
 
     gpus = ray.cluster_resources().get("GPU", 0)
-    line = _one_error_line(cli_build("--engine", "ray", "--workers", "2", "--gpus-per-worker", "1"))
+    line = _one_error_line(cli_build("--runner", "ray", "--workers", "2", "--gpus-per-worker", "1"))
     if gpus < 2:  # this machine: no GPU
         assert f"--gpus-per-worker 1 with 2 workers needs 2 GPUs; the local Ray (this machine) has {gpus:g}" in line
 
     address = f"127.0.0.1:{_closed_port()}"
-    line = _one_error_line(cli_build("--engine", "ray", "--ray-address", address))
+    line = _one_error_line(cli_build("--runner", "ray", "--ray-address", address))
     assert f"cannot reach the Ray cluster at {address} (Connection refused)" in line
     add_dir = copy_index(local_build, tmp_path / "add")  # add takes the same options, checked the same way
     line = _one_error_line(runner.invoke(app, ["add", str(settings.SAMPLE_CATALOG), "--index-dir", str(add_dir),
                                                "--engine", "ray", "--ray-address", address]))
     assert f"cannot reach the Ray cluster at {address}" in line
     with pytest.raises(ValueError, match="--workers must be at least 1"):
-        add(settings.SAMPLE_CATALOG, add_dir, engine="ray", workers=0)
+        add(settings.SAMPLE_CATALOG, add_dir, runner="ray", workers=0)
     assert check(add_dir).clean and check(add_dir).generation_id == check(local_build).generation_id
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if Ray were not installed
-    assert "Error: the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index[ray]'" in _one_error_line(
-        cli_build("--engine", "ray"))
+    assert "Error: the Ray runner (--runner ray) needs Ray Data: pip install 'mgeo-index[ray]'" in _one_error_line(
+        cli_build("--runner", "ray"))
     assert not (index_dir / "mgeo.db").exists()  # nothing was stored by any of them

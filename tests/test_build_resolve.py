@@ -370,7 +370,7 @@ def test_batches_side_by_side_build_the_same_catalog_as_one_at_a_time(tmp_path):
     for n in (1, 2):
         index_dir = tmp_path / f"threads-{n}"
         runner = LocalRunner("cpu", threads=n)
-        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60, engine=runner)
+        result = build(settings.SAMPLE_CATALOG, index_dir, id_column="poi_id", device="cpu", chunk_size=60, runner=runner)
         assert result.entries_parsed == result.vectors_added == 300 and runner.describe()["threads"] == n
         states.append(catalog_state(index_dir))
         assert torch.get_num_threads() == threads  # restored

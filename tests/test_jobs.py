@@ -284,7 +284,7 @@ def test_the_backend_is_a_job_parameter_not_process_state(index_dir, tmp_path, m
     with pytest.raises(ValueError, match="backend must be one of"):
         normalize_file(path, tmp_path / "x.csv", index_dir, device="cpu", backend="tensorrt")
     with pytest.raises(ValueError, match="GPU actors"):
-        normalize_file(path, tmp_path / "x.csv", index_dir, engine="ray", gpus_per_worker=1, backend="int8")
+        normalize_file(path, tmp_path / "x.csv", index_dir, runner="ray", gpus_per_worker=1, backend="int8")
 
 
 def test_parquet_in_and_out_keeps_types(index_dir, tmp_path):
@@ -357,10 +357,10 @@ def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
     args = dict(device="cpu", chunk_size=250, batch_size=125, top_k=1, backend="torch")
     normalize_file(path, local, index_dir, **args)
     try:
-        result = normalize_file(path, remote, index_dir, engine="ray", workers=2, **args)
+        result = normalize_file(path, remote, index_dir, runner="ray", workers=2, **args)
     finally:
         ray.shutdown()
-    assert result.engine == "ray" and result.rows == len(rows)
+    assert result.runner == "ray" and result.rows == len(rows)
     # the same rows, decisions and matches; probabilities agree within 1e-6 (FP32 is batch-independent to
     # ~1e-7, and the two engines batch repeated addresses differently: the printed 6th digit may differ)
     with local.open(encoding="utf-8") as a, remote.open(encoding="utf-8") as b:
@@ -377,7 +377,7 @@ def test_ray_engine_identical_to_local_engine(index_dir, tmp_path):
 
 
 def test_a_job_is_recorded_only_once_its_engine_is_available(index_dir, tmp_path, monkeypatch):
-    """--engine ray where Ray is not installed: the one-line install hint, and no job in the store."""
+    """--engine ray (the older name of --runner) where Ray is not installed: the one-line install hint, and no job in the store."""
     from typer.testing import CliRunner
 
     from mgeo_index.cli import app
@@ -387,12 +387,12 @@ def test_a_job_is_recorded_only_once_its_engine_is_available(index_dir, tmp_path
     _write_input(path, 8)
     out = tmp_path / "out.csv"
     with pytest.raises(ImportError, match=r"pip install 'mgeo-index\[ray\]'"):
-        normalize_file(path, out, index_dir, device="cpu", engine="ray")
+        normalize_file(path, out, index_dir, device="cpu", runner="ray")
     assert _job_in_store(index_dir, out) is None
     result = CliRunner().invoke(app, ["normalize", str(path), "--out", str(out), "--index-dir", str(index_dir),
                                       "--engine", "ray"])
     assert result.exit_code == 1
-    assert "Error: the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index" in " ".join(result.output.split())
+    assert "Error: the Ray runner (--runner ray) needs Ray Data: pip install 'mgeo-index" in " ".join(result.output.split())
     assert _job_in_store(index_dir, out) is None
 
 
@@ -406,11 +406,18 @@ def _migrate_0001_to_head(url: str) -> None:
         assert "jobs" not in inspect(engine).get_table_names()
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO catalogs (name, created_at) VALUES ('kept', CURRENT_TIMESTAMP)"))
-        store.upgrade(url, "0002")  # this test is about 0002; later revisions are tested on their own
+        store.upgrade(url, "0002")  # the jobs tables come with 0002; a job recorded then survives the later revisions
         assert store.current_revision(url) == "0002"
         assert {"jobs", "job_checkpoints"} <= set(inspect(engine).get_table_names())
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO jobs (kind, status, input_path, input_fingerprint, input_format, output_path, output_format, "
+                "engine, started_at, updated_at) VALUES ('normalize', 'complete', 'old.csv', 'sha256:o', 'csv', "
+                "'/old.csv', 'csv', 'local', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+        store.upgrade(url)
+        assert store.latest_job(engine, "/old.csv")["runner"] == "local"
         job_id = store.create_job(engine, status="running", input_path="a.csv", input_fingerprint="sha256:x",
-                                  input_format="csv", output_path="/o.csv", output_format="csv", engine="local")
+                                  input_format="csv", output_path="/o.csv", output_format="csv", runner="local")
         store.add_checkpoint(engine, job_id, seq=1, rows_end=10, rows=10, part_file="part-000001.csv",
                              part_bytes=123, counts={"matched": 7, "rejected": 3})
         job = store.get_job(engine, job_id)

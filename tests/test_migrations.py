@@ -210,3 +210,33 @@ def test_postgresql_entry_ids_are_64_bit(pg_url: str) -> None:
         assert store.confirmations(engine, ["q"])["q"]["confirmed"] == [big]
     finally:
         engine.dispose()
+
+
+def _job_row(url: str, column: str) -> tuple:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return tuple(conn.exec_driver_sql(f"SELECT output_path, {column} FROM jobs").one())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("which", ["sqlite", "postgresql"])
+def test_0014_renames_the_jobs_engine_column_to_runner_keeping_values(which: str, request) -> None:
+    url = request.getfixturevalue("sqlite_url" if which == "sqlite" else "pg_url")
+    store.upgrade(url, "0013_review_item_name")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO jobs (kind, status, input_path, input_fingerprint, input_format, output_path, "
+                "output_format, engine, started_at, updated_at) VALUES ('normalize', 'complete', 'a.csv', 'sha256:x', 'csv', "
+                "'/o.csv', 'csv', 'ray', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)")
+    finally:
+        engine.dispose()
+    store.upgrade(url)
+    assert _job_row(url, "runner") == ("/o.csv", "ray")
+    assert _schema_drift(url) == []
+    store.downgrade(url, "0013_review_item_name")
+    assert _job_row(url, "engine") == ("/o.csv", "ray")
+    store.upgrade(url)

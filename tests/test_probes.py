@@ -661,7 +661,7 @@ def test_wide_reports_print_whole_at_80_columns(monkeypatch):
 
     console = Console(width=80, record=True)
     monkeypatch.setattr(render, "console", console)
-    speed = {"engine_per_s": 1234.5, "naive_per_s": 456.0, "ratio": 2.7, "linear_share": 0.81, "ceiling_ratio": 3.4}
+    speed = {"batched_per_s": 1234.5, "naive_per_s": 456.0, "ratio": 2.7, "linear_share": 0.81, "ceiling_ratio": 3.4}
     backend = {"backend": "int8", "encode_per_s": 2345.0, "encode_vs_torch": 1.9, "pairs_per_s": 800.0,
                "pairs_vs_torch": 1.75, "embedding_cosine_min": 0.99912, "macro_f1": 0.734, "macro_f1_delta": -0.0016,
                "setup_s": 3.4}

@@ -58,7 +58,7 @@ class BuildResult:
     blank_lines: int = 0  # blank lines in the file (no record, skipped)
     index_path: str = ""
     rejects_path: str | None = None
-    engine: str = "local"  # the runner that parsed and embedded (mgeo_index.compute)
+    runner: str = "local"  # the runner that parsed and embedded (mgeo_index.compute)
     answers: dict[str, str] = field(default_factory=dict)  # the profile and number policy its answers use (settings.answer_settings)
     plan: str = ""  # how its vectors were computed (mgeo_index.runtime.plan), as the generation records it
     seconds: dict[str, float] = field(default_factory=dict)
@@ -148,7 +148,7 @@ def build(
     on_progress: Progress | None = None,
     kind: str = "build",
     vector_store: str | None = None,
-    engine: str | Runner = "local",
+    runner: str | Runner = "local",
     ray_address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float = 0.0,
@@ -163,7 +163,7 @@ def build(
     ``kind="add"`` applies a delta file to an existing catalog (see :func:`mgeo_index.catalog.update.add`).
     ``vector_store``: where the generation's vectors go (:mod:`mgeo_index.index.vector_store`: ``faiss`` files in the
     index directory, ``milvus://HOST:PORT``, ``milvus-lite:///PATH.db``); None keeps the catalog's (FAISS for a new one).
-    ``engine``: the runner that parses and embeds entries (:mod:`mgeo_index.compute`): ``local`` (this
+    ``runner``: the runner that parses and embeds entries (:mod:`mgeo_index.compute`): ``local`` (this
     process, on ``device``) or ``ray`` (a Ray Data actor pool of ``workers`` actors on the cluster at
     ``ray_address``, else a local Ray, each with ``gpus_per_worker`` GPUs or a CPU), or a runner object.
     ``numbers``: the number policy recorded with the catalog (``strict`` / ``loose``, :mod:`mgeo_index.model.numbers`),
@@ -183,8 +183,8 @@ def build(
         check_mode(numbers)
     if profile is not None:
         settings.check_profile(profile)
-    runner = engine if not isinstance(engine, str) else make_runner(
-        engine, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
+    runner = runner if not isinstance(runner, str) else make_runner(
+        runner, device=device, backend=backend, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     index_dir = Path(index_dir)
     check_input_file(Path(catalog_path), "catalog file")  # before anything is made: a failed build leaves nothing
     if index_dir.exists() and not index_dir.is_dir():
@@ -232,7 +232,7 @@ def _build_locked(asked: _Asked, model, runner: Runner, progress: Progress) -> B
     timings: dict[str, float] = {}
     started = time.perf_counter()
     bi = model if isinstance(model, BiEncoder) else stored_bi(model)
-    device = settings.device(asked.device)  # this process's (FAISS); the engine's embeds (the same for the local one)
+    device = settings.device(asked.device)  # this process's (FAISS); the runner's embeds (the same for the local one)
     encode = encode_task(runner, bi, asked.backend, asked.chunk_size)  # refuses a model Ray actors cannot load, early
     _check_destination(asked, bi.dim)
     if runner.name != "local":  # Ray joined or started, its GPUs checked: before anything is stored
@@ -346,7 +346,7 @@ def _start(engine_, asked: _Asked, reader, new_catalog: bool, runner_name: str, 
     build_id = store.start_build(engine_, catalog_id, model_fingerprint=fingerprint, index_factory=asked.factory)
     result = BuildResult(
         build_id=build_id, catalog=asked.catalog, index_factory=asked.factory, address_column=reader.address_column,
-        id_column=reader.id_column, name_column=reader.name_column, engine=runner_name,
+        id_column=reader.id_column, name_column=reader.name_column, runner=runner_name,
         other_columns=[c for c in reader.columns if c not in (reader.address_column, reader.id_column)],
         answers=settings.answer_settings(store.catalog_numbers(engine_, asked.catalog),
                                          store.catalog_profile(engine_, asked.catalog)),

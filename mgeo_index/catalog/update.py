@@ -73,11 +73,11 @@ def _republish(engine, index_dir: Path, db_url: str, catalog: str, catalog_id: i
 
 
 def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None, model=None, device: str | None = None,
-        on_progress: Progress | None = None, chunk_size: int = 5000, engine="local",
+        on_progress: Progress | None = None, chunk_size: int = 5000, runner="local",
         ray_address: str | None = None, workers: int | None = None, gpus_per_worker: float = 0.0) -> BuildResult:
     """Apply a delta file to an existing catalog: new ids are added, ids whose address changed are updated
     (re-embedded), unchanged rows cost nothing.  The file is read like the catalog (same column names).
-    ``engine``, ``ray_address``, ``workers``, ``gpus_per_worker``: where the new entries are parsed and
+    ``runner``, ``ray_address``, ``workers``, ``gpus_per_worker``: where the new entries are parsed and
     embedded, as for :func:`mgeo_index.catalog.build.build`."""
     index_dir = Path(index_dir)
     store_engine, _, catalog, catalog_id, generation = _open(index_dir, db)
@@ -91,7 +91,7 @@ def add(delta_path: str | Path, index_dir: str | Path, *, db: str | None = None,
     factory = _factory_for(index_dir, generation)
     return build(delta_path, index_dir, db=db, catalog=catalog, address_column=address_column, id_column=id_column,
                  factory=factory, model=bi, device=device, on_progress=on_progress, chunk_size=chunk_size, kind="add",
-                 engine=engine, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
+                 runner=runner, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
 
 
 @dataclass

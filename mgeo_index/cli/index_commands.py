@@ -27,7 +27,7 @@ def build(
     index: Annotated[str, typer.Option("--index", help="auto (by catalog size: Flat up to 200,000 rows, then IVF with 8-bit vectors, nprobe tuned to hold recall) or a FAISS factory string: Flat, HNSW32, IVF4096,PQ32 …")] = settings.DEFAULT_INDEX_FACTORY,
     catalog_name: Annotated[str, typer.Option("--catalog", help="Catalog name in the store.")] = settings.DEFAULT_CATALOG,
     vector_store: Annotated[str | None, typer.Option("--vector-store", help="Where the vectors go: faiss (files in the index directory, the default), milvus://HOST:PORT or milvus://HOST:PORT/DATABASE (a Milvus server; token in MGEO_INDEX_MILVUS_TOKEN) or milvus-lite:///PATH.db (embedded). Later commands keep the catalog's.")] = None,
-    engine: RunnerName = "local",
+    runner: RunnerName = "local",
     ray_address: RayAddress = None,
     workers: Workers = None,
     gpus_per_worker: GpusPerWorker = 0.0,
@@ -42,13 +42,13 @@ def build(
     """Validate, store and index a catalog. Re-running adds new rows and re-embeds only changed ones.
 
     Rejected rows go to rejects.tsv in the index directory with their line number and reason. With
-    --engine ray entries are parsed and embedded on Ray actors; the same command resumes after kill -9.
+    --runner ray entries are parsed and embedded on Ray actors; the same command resumes after kill -9.
 
     Example: mgeo-index build catalog.csv --index-dir idx --id-column poi_id
 
     Shops kept as name + address: mgeo-index build shops.csv --index-dir idx --name-column name
 
-    On Ray: mgeo-index build catalog.csv --index-dir idx --id-column poi_id --engine ray --workers 4
+    On Ray: mgeo-index build catalog.csv --index-dir idx --id-column poi_id --runner ray --workers 4
 
     --numbers and --profile are recorded with the catalog (a rebuild without them keeps the recorded ones):
     resolve, normalize and serve of the index use them unless told otherwise.
@@ -59,7 +59,7 @@ def build(
         result = run_build(
             catalog, index_dir, db=db, catalog=catalog_name, address_column=address_column, id_column=id_column,
             factory=index, model=model, device=device, backend=backend, vector_store=vector_store,
-            on_progress=stage_progress(bar, {"parse": "Parsing entries"}), engine=engine, ray_address=ray_address,
+            on_progress=stage_progress(bar, {"parse": "Parsing entries"}), runner=runner, ray_address=ray_address,
             workers=workers, gpus_per_worker=gpus_per_worker, numbers=numbers, force=force, profile=profile,
             name_column=name_column, coordinate_columns=(lon_column, lat_column),
         )
@@ -69,7 +69,7 @@ def build(
 def add(
     delta: Annotated[Path, typer.Argument(help="CSV/TSV of new or changed rows, with the catalog's columns.")],
     index_dir: IndexDir = DEFAULT_INDEX_DIR,
-    engine: RunnerName = "local",
+    runner: RunnerName = "local",
     ray_address: RayAddress = None,
     workers: Workers = None,
     gpus_per_worker: GpusPerWorker = 0.0,
@@ -87,7 +87,7 @@ def add(
 
     with friendly_errors(), progress() as bar:
         result = run_add(delta, index_dir, db=db, model=model, device=device, on_progress=stage_progress(bar),
-                         engine=engine, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
+                         runner=runner, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
     console.print(add_table(result))
 
 

@@ -35,7 +35,7 @@ def normalize(
     encoding: Annotated[str | None, typer.Option(help="Of a CSV / TSV output: utf-8, utf-8-sig (with the BOM Excel on Windows reads) or gb18030 \\[default: the input's].")] = None,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows per checkpoint (and per part file).")] = _default("DEFAULT_CHUNK_SIZE"),
     batch_size: Annotated[int, typer.Option(min=1, help="Rows per resolver call.")] = _default("DEFAULT_BATCH_SIZE"),
-    engine: Annotated[str, typer.Option(help="local, or ray (Ray Data actor pool).")] = "local",
+    runner: Annotated[str, typer.Option("--runner", "--engine", help="Where rows are resolved: local (this process, or --workers processes), or ray (a Ray Data actor pool).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address, e.g. ray://head:10001 \\[default: a local Ray].")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="Worker processes (local, CPU) or Ray actors, one model + index replica each \\[default: this process locally; with Ray, the CPU count].")] = None,
     gpus_per_worker: Annotated[float, typer.Option(min=0.0, help="GPUs per Ray actor (0: CPU actors).")] = 0.0,
@@ -66,8 +66,8 @@ def normalize(
     from mgeo_index.compute.runners import RUNNERS
     from mgeo_index.jobs import normalize_file
 
-    if engine not in RUNNERS:
-        raise typer.BadParameter("--engine must be local or ray")
+    if runner not in RUNNERS:
+        raise typer.BadParameter("--runner must be local or ray")
     try:
         with friendly_errors(), progress() as bar:
             bar.columns = (*bar.columns, TimeRemainingColumn())
@@ -85,7 +85,7 @@ def normalize(
                 catalog_columns=catalog_columns, encoding=encoding, coordinates=coordinates,
                 min_probability=min_probability,
                 margin=ambiguous_margin, top_k=top_k, output_format=output_format, chunk_size=chunk_size,
-                batch_size=batch_size, engine=engine, ray_address=ray_address, workers=workers,
+                batch_size=batch_size, runner=runner, ray_address=ray_address, workers=workers,
                 gpus_per_worker=gpus_per_worker, restart=restart, on_job=on_job, numbers=numbers,
                 raw_values=raw_values, profile=profile,
                 on_progress=lambda n, total: bar.update(task, advance=n, total=total),

@@ -47,10 +47,10 @@ Pairwise = Annotated[bool, typer.Option("--pairwise", help=(
 AddressColumn = Annotated[str | None, typer.Option(help="Column holding the address \\[default: detected].")]
 QueriesFile = Annotated[Path | None, typer.Option("--file", "-f", help="File with one address per line.")]
 # the runner that parses and embeds for build and add (mgeo_index.compute)
-RunnerName = Annotated[str, typer.Option("--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
-RayAddress = Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join with --engine ray: HOST:PORT of its head, ray://HOST:10001 or auto \\[default: a local Ray on this machine].")]
-Workers = Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes (local, CPU) or Ray actors (--engine ray) per step, each loading the model once \\[default: this process locally; with Ray, the CPU count locally, 1 on a cluster].")]
-GpusPerWorker = Annotated[float, typer.Option("--gpus-per-worker", min=0.0, help="GPUs per embedding actor with --engine ray (0: CPU actors; 0.5 packs two a GPU).")]
+RunnerName = Annotated[str, typer.Option("--runner", "--engine", help="Where entries are parsed and embedded: local (this process) or ray (Ray Data actor pools; the store, the files and the generation switch stay here).")]
+RayAddress = Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to join with --runner ray: HOST:PORT of its head, ray://HOST:10001 or auto \\[default: a local Ray on this machine].")]
+Workers = Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes (local, CPU) or Ray actors (--runner ray) per step, each loading the model once \\[default: this process locally; with Ray, the CPU count locally, 1 on a cluster].")]
+GpusPerWorker = Annotated[float, typer.Option("--gpus-per-worker", min=0.0, help="GPUs per embedding actor with --runner ray (0: CPU actors; 0.5 packs two a GPU).")]
 DEFAULT_INDEX_DIR = Path("mgeo-index")  # README: the index directory is ./mgeo-index unless told
 SHARED_DATA = Path("../shared/data")  # the shared data folder beside a checkout (train, bench --data)
 

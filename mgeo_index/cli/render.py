@@ -308,10 +308,10 @@ def print_bench(report: dict) -> None:
     rows = []
     for what, r in (("encode addresses/s", report["encode"]), ("score pairs/s (network)", report["score_pairs"])):
         share, ceiling = r.get("linear_share"), r.get("ceiling_ratio")
-        rows.append((what, f"{r['engine_per_s']:,.0f}", f"{r['naive_per_s']:,.0f}", f"{r['ratio']:.1f}×",
+        rows.append((what, f"{r['batched_per_s']:,.0f}", f"{r['naive_per_s']:,.0f}", f"{r['ratio']:.1f}×",
                      f"{share:.0%}" if share else "–", f"{ceiling:.1f}×" if ceiling else "–"))
     print_rows(f"mgeo-index bench ({report['torch_threads']} threads, backend {report['backend']}, same inputs, one run)",
-               ("what", "engine", "naive (1 item, pad 64, FP32 torch)", "ratio", "time in Linear GEMMs", "ceiling ratio"),
+               ("what", "batched", "naive (1 item, pad 64, FP32 torch)", "ratio", "time in Linear GEMMs", "ceiling ratio"),
                rows, caption="ceiling: the ratio if everything but the Linear layers' GEMMs took no time")
     timed = [r for r in report.get("backends") or () if "skipped" not in r]
     if timed:
@@ -360,7 +360,7 @@ def normalize_table(result) -> Table:
     if result.resumed_from:
         rows.append(("resumed at row", f"{result.resumed_from:,}"))
     rows += [(status, f"{n:,}") for status, n in result.counts.items()]
-    rows += [("profile", result.profile), ("numbers", result.numbers), ("engine", result.engine),
+    rows += [("profile", result.profile), ("numbers", result.numbers), ("runner", result.runner),
              ("format", result.output_format),
              ("seconds", f"{result.seconds:.1f}"), ("rows/s", f"{result.rows_per_second:,.0f}")]
     for name, value in rows:

@@ -1,5 +1,5 @@
 """Where the heavy, batch-by-batch work runs — one runner for builds (parsing and embedding catalog entries) and
-normalize jobs (resolving rows), picked by name (``--engine local|ray``):
+normalize jobs (resolving rows), picked by name (``--runner local|ray``):
 
 - :mod:`~mgeo_index.compute.task`: :class:`~mgeo_index.compute.task.Task`, one kind of work as any runner maps
   it (a function built once in this process; an actor class built once per Ray actor);

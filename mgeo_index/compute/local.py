@@ -39,7 +39,7 @@ class LocalRunner:
 
     def describe(self) -> dict[str, Any]:
         """What a build records of where it ran (``builds.stats``)."""
-        return {"engine": self.name, "device": self.device, "threads": self.threads,
+        return {"runner": self.name, "device": self.device, "threads": self.threads,
                 **({"workers": self.workers} if self.workers > 1 else {})}
 
     def map(self, items: Iterable[Any], task: Task) -> Iterator[tuple[Any, Any]]:

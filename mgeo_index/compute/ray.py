@@ -1,4 +1,4 @@
-"""The Ray runner (``build``, ``add`` and ``normalize --engine ray``): items computed on Ray Data actor pools, and
+"""The Ray runner (``build``, ``add`` and ``normalize --runner ray``): items computed on Ray Data actor pools, and
 the Ray plumbing under it.
 
 - :class:`RayRunner`: ``workers`` actors on the cluster at ``address`` (else a local Ray), each with
@@ -23,7 +23,7 @@ from typing import Any
 
 from mgeo_index.compute.task import Task
 
-INSTALL_HINT = "the Ray runner (--engine ray) needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
+INSTALL_HINT = "the Ray runner (--runner ray) needs Ray Data: pip install 'mgeo-index[ray]' (ray[data] and pyarrow)"
 PROBE_SECONDS = 5.0  # a cluster address that does not answer a TCP connect within this is refused
 CLIENT_PORT = 10001  # Ray Client's default port (ray://HOST)
 GCS_PORT = 6379  # the head's default GCS port (HOST)
@@ -174,7 +174,7 @@ class RayRunner:
             self.ray = ray
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": self.name, "device": self.device, "workers": self.workers,
+        return {"runner": self.name, "device": self.device, "workers": self.workers,
                 "gpus_per_worker": self.gpus_per_worker, **({"ray_address": self.address} if self.address else {})}
 
     def map(self, items: Iterable[Any], task: Task) -> Iterator[tuple[Any, Any]]:

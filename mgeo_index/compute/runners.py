@@ -1,4 +1,4 @@
-"""The runner called by name: ``--engine local|ray`` of ``build``, ``add`` and ``normalize``."""
+"""The runner called by name: ``--runner local|ray`` of ``build``, ``add`` and ``normalize``."""
 from __future__ import annotations
 
 from mgeo_index.compute.local import LocalRunner
@@ -18,9 +18,9 @@ def make_runner(name: str = "local", *, device: str | None = None, backend: str 
         ray_only = [option for option, given in (("--ray-address", ray_address is not None),
                                                  ("--gpus-per-worker", bool(gpus_per_worker))) if given]
         if ray_only:
-            raise ValueError(f"{', '.join(ray_only)} {'is' if len(ray_only) == 1 else 'are'} for --engine ray")
+            raise ValueError(f"{', '.join(ray_only)} {'is' if len(ray_only) == 1 else 'are'} for --runner ray")
         return LocalRunner(device, threads, workers)
     if name == "ray":
         return RayRunner(device=device, backend=backend, address=ray_address, workers=workers,
                          gpus_per_worker=gpus_per_worker)
-    raise ValueError(f"--engine must be local or ray, not {name!r}")
+    raise ValueError(f"--runner must be local or ray, not {name!r}")

@@ -68,7 +68,7 @@ class JobResult:
     job_id: int
     output: str
     output_format: str
-    engine: str
+    runner: str
     rows: int = 0  # input records in the output
     resumed_from: int = 0  # records already done when this run started
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
@@ -299,7 +299,7 @@ def run_job(
                                restart)
         if on_job:
             on_job(job)
-        result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, engine=runner.name,
+        result = JobResult(job_id=job["id"], output=str(output_path), output_format=fmt, runner=runner.name,
                            resumed_from=job["rows_done"], profile=profile, numbers=numbers)
         task = lambda: resolve_task(resolving, resolver=resolver, chunk_size=opts.chunk_size,  # noqa: E731
                                     workers=runner.workers)
@@ -353,8 +353,8 @@ def _index_settings(index_dir: Path, db_url: str, numbers: str | None, profile: 
 
 
 def _start_or_resume(eng, input_path: Path, output_path: Path, index_dir: Path, fp: str, params: dict, ident: dict,
-                     fmt: str, engine: str, rows_total: int, restart: bool) -> dict:
-    here = {"host": socket.gethostname(), "pid": os.getpid(), "engine": engine}
+                     fmt: str, runner: str, rows_total: int, restart: bool) -> dict:
+    here = {"host": socket.gethostname(), "pid": os.getpid(), "runner": runner}
     prev = store.latest_job(eng, str(output_path))
     if prev is not None and prev["status"] not in ("complete", "abandoned"):
         state = effective_status(prev)

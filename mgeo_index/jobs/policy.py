@@ -172,7 +172,7 @@ def resolve_outcomes(resolver, addresses: Sequence[str], policy: Policy, batch_s
     """``decide`` and the ``admin_*`` columns for each address (``names``: each row's place name, "" where it has
     none, for inputs kept as name + address). Each distinct query (:func:`~mgeo_index.text.query_key`) is parsed and resolved once,
     in micro-batches of ``batch_size`` (its one parse serves both), and its answer given to every row that has it;
-    ``memo`` (kept by the engine for a whole job) carries answers to later chunks. Results do not depend on what
+    ``memo`` (kept by the job's resolving task for a whole job) carries answers to later chunks. Results do not depend on what
     an address is batched with (the default backend is batch-independent), so the same rows get the same answers
     either way."""
     from mgeo_index.text import model_text, query_key, with_name

@@ -1,4 +1,4 @@
-""":func:`normalize_file`: a normalize job run (or resumed) on the runner named (``--engine local|ray``,
+""":func:`normalize_file`: a normalize job run (or resumed) on the runner named (``--runner local|ray``,
 :mod:`mgeo_index.compute`)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def normalize_file(
     output_path: str | Path,
     index_dir: str | Path,
     *,
-    engine: str = "local",
+    runner: str = "local",
     device: str | None = None,
     backend: str | None = None,
     resolver=None,
@@ -23,7 +23,7 @@ def normalize_file(
     gpus_per_worker: float = 0.0,
     **options: Any,
 ) -> JobResult:
-    """Run (or resume) the normalize job writing ``output_path`` on the runner named ``engine`` (``local``:
+    """Run (or resume) the normalize job writing ``output_path`` on the runner named ``runner`` (``local``:
     ``workers`` worker processes, else this one; or ``ray``: ``ray_address``, ``workers``, ``gpus_per_worker``).
 
     ``resolver``: an already opened resolver for the local runner (benchmarks, tests).
@@ -32,12 +32,12 @@ def normalize_file(
     ``options``: the job's own, :class:`~mgeo_index.jobs.job.JobOptions`' fields by name (``db``, ``model``,
     ``address_column``, ``top_k``, …), and ``restart``, ``on_progress``, ``on_job`` (:func:`~mgeo_index.jobs.job.run_job`).
     """
-    if engine not in RUNNERS:
-        raise ValueError(f"--engine must be local or ray, not {engine!r}")
+    if runner not in RUNNERS:
+        raise ValueError(f"--runner must be local or ray, not {runner!r}")
     if backend is not None:
         from mgeo_index.runtime.backends import check  # not at import time: it loads torch
 
         check(backend)
-    runner = make_runner(engine, device=device, backend=backend, ray_address=ray_address, workers=workers,
+    chosen = make_runner(runner, device=device, backend=backend, ray_address=ray_address, workers=workers,
                          gpus_per_worker=gpus_per_worker)
-    return run_job(input_path, output_path, index_dir, runner=runner, resolver=resolver, backend=backend, **options)
+    return run_job(input_path, output_path, index_dir, runner=chosen, resolver=resolver, backend=backend, **options)

@@ -79,7 +79,7 @@ def linear_share(fn) -> float | None:
     runs outside torch, e.g. ONNX Runtime).
 
     The GEMMs are the arithmetic no batching can remove: with everything else (attention, GELU,
-    LayerNorm, tokenization, Python) free, the engine would be ``1 / share`` times faster, which puts a
+    LayerNorm, tokenization, Python) free, the batched path would be ``1 / share`` times faster, which puts a
     ceiling on its ratio to the naive loop. The profiler's own overhead lands outside the GEMMs, so the
     share is, if anything, understated and the ceiling generous."""
     _, linear_us, wall_us = gemm_profile(fn)
@@ -99,11 +99,11 @@ def _native_stderr_silenced():
         os.close(saved)
 
 
-def _vs_naive(n: int, fast_s: float, naive_n: int, slow_s: float, rounds: int, engine_call, **extra) -> dict:
-    """The engine's and the naive loop's rates, their ratio, and the ceiling the engine's GEMM share puts on it."""
+def _vs_naive(n: int, fast_s: float, naive_n: int, slow_s: float, rounds: int, batched_call, **extra) -> dict:
+    """The batched path's and the naive loop's rates, their ratio, and the ceiling the batched path's GEMM share puts on it."""
     ratio = _rate(n, fast_s) / _rate(naive_n, slow_s)
-    share = linear_share(engine_call)
-    return {"engine_per_s": _rate(n, fast_s), "naive_per_s": _rate(naive_n, slow_s), "ratio": ratio, "n": n,
+    share = linear_share(batched_call)
+    return {"batched_per_s": _rate(n, fast_s), "naive_per_s": _rate(naive_n, slow_s), "ratio": ratio, "n": n,
             "naive_n": naive_n, **extra, "rounds": rounds, "linear_share": share,
             "ceiling_ratio": ratio / share if share else None}
 

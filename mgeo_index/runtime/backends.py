@@ -2,7 +2,7 @@
 
 One model object (tokenizer, labels, feature head, fingerprint) keeps its attributes; a backend only
 sets ``model.runner``, the callable :mod:`mgeo_index.runtime.inference` calls with each batch's tensors (every CPU
-backend computes in its own precision inside the runner; none asks the engine for autocast):
+backend computes in its own precision inside the runner; none asks the batcher for autocast):
 
 - ``torch``: the module itself, FP32 (the reference);
 - ``bf16``: the transformer's Linear layers in bfloat16, computed in fixed tiles of rows so that batch-mates

@@ -1,5 +1,5 @@
 """The index the service serves: loading, warming up and recognizing a new build (reload), and what the
-batcher runs on it: whole batches through the resolver and the engine.
+batcher runs on it: whole batches through the resolver and the pair scorer.
 
 The server holds one :class:`Loaded` at a time and replaces it in one assignment on reload; a batch
 reads it once when it starts, so batches in flight finish on the index they started with.

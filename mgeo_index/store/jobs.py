@@ -35,7 +35,7 @@ class Job(Base):
     index_file: Mapped[str | None] = mapped_column(Text)
     model_fingerprint: Mapped[str | None] = mapped_column(String(255))
     cross_model_fingerprint: Mapped[str | None] = mapped_column(String(255))
-    engine: Mapped[str | None] = mapped_column(String(16))
+    runner: Mapped[str | None] = mapped_column(String(16))  # local or ray (mgeo_index.compute)
     rows_total: Mapped[int | None] = mapped_column(Integer)
     rows_done: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     parts_done: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
