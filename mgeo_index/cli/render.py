@@ -138,21 +138,22 @@ def check_json(report, stage: str) -> dict:
 
 # --- resolve, parse ------------------------------------------------------------------------------
 
-_ADMIN_OF_LABEL = {"prov": "province", "city": "city", "district": "district", "town": "town"}
-
-
 def parse_table(result: dict) -> Table:
     """One row per element; admin elements show the standard name and code, inferred levels first."""
+    from mgeo_index.compare.elements import ADMIN_LEVEL_NAMES, PARSED_ELEMENTS
+    from mgeo_index.text.parser import ADMIN_LEVELS
+
+    admin_of_label = {label: PARSED_ELEMENTS[label] for label in ADMIN_LEVELS}  # prov → province, …
     admin = result["admin"]
     table = Table(title=escape(result["text"]), title_justify="left")
     for column in ("element", "text", "standard", "code"):
         table.add_column(column)
-    written = {_ADMIN_OF_LABEL[e["label"]] for e in result["elements"] if e["label"] in _ADMIN_OF_LABEL}
-    for key in ("province", "city", "district", "town"):
+    written = {admin_of_label[e["label"]] for e in result["elements"] if e["label"] in admin_of_label}
+    for key in ADMIN_LEVEL_NAMES:
         if admin[key] and key not in written:
             table.add_row(key, "", escape(f"{admin[key]} (inferred)"), admin[f"{key}_code"], style="dim")
     for e in result["elements"]:
-        key = _ADMIN_OF_LABEL.get(e["label"])
+        key = admin_of_label.get(e["label"])
         table.add_row(key or e["label"], escape(e.get("display") or e["text"]), escape((admin[key] or "") if key else ""),
                       (admin[f"{key}_code"] or "") if key else "")
     if admin.get("coordinates_level"):
