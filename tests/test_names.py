@@ -22,6 +22,12 @@ def _conflicts(a: str, b: str) -> dict:
     ("民和路与飞虹路交叉口西100米名仕之家", "民和路与飞虹路交叉口西100米21世纪不动产", ("名仕之家", "21世纪不动产")),
     ("泰西路10号南京浦口三河汽车修理厂", "泰西路10号果唯伊(泰西路店)", ("南京浦口三河汽车修理厂", "果唯伊")),
     ("中山路32号国土局", "中山路32号溧水区建筑工程局", ("国土局", "建筑工程局")),
+    # a legal form in common is no name in common: two companies at one door
+    ("北院大道38号润彩塑模有限公司", "北院大道38号台州溢豪模具有限公司", ("润彩塑模有限公司", "台州溢豪模具有限公司")),
+    ("月罗公路340号高仓电气有限公司", "月罗公路340号上海六丰汽车销售有限公司", ("高仓电气有限公司", "上海六丰汽车销售有限公司")),
+    # one mall, two shops in it: the sub-places decide
+    ("浦东新区证大大拇指广场希莉娅", "浦东新区证大大拇指广场阿玛施", ("希莉娅", "阿玛施")),
+    ("海岸城购物中心星巴克", "海岸城购物中心麦当劳", ("星巴克", "麦当劳")),
 ])
 def test_two_names_that_share_nothing_at_one_door_are_two_places(a, b, names):
     found = _conflicts(a, b)
@@ -37,6 +43,10 @@ def test_two_names_that_share_nothing_at_one_door_are_two_places(a, b, names):
     ("建国路88号ＳＯＨＯ现代城", "建国路88号soho现代城"),  # width
     ("建国路88号", "建国路88号21世纪不动产"),  # a name on one side only
     ("中山门大街99号北门", "中山门大街99号炒饭王"),  # a gate is no name
+    ("五合路6号南京东森物流有限公司", "五合路6号东森物流"),  # a company with and without its legal form
+    ("海岸城购物中心星巴克", "海岸城购物中心星巴克(南山店)"),  # one shop of one mall, its branch written
+    ("鸿博家园2期b区1号楼", "鸿博家园2期(小红门八号路)鸿博家园2期b区1号楼"),  # a phase and a zone name no shop
+    ("福建农林大学北区", "建新镇福建农林大学北苑5号楼"),  # sides of a campus
 ])
 def test_name_variants_and_one_sided_names_are_no_conflict(a, b):
     assert "name" not in _conflicts(a, b)
