@@ -60,16 +60,18 @@ def _bracketed(text: str, start: int) -> bool:
     return text.count("(", 0, start) > text.count(")", 0, start)
 
 
+def _written_spans(parsed: dict, labels: tuple[str, ...]) -> str:
+    """The spans the tagger labels with one of ``labels``, in order, outside parentheses."""
+    text = parsed["text"]
+    return "".join(e["text"] for e in parsed["elements"] if e["label"] in labels and not _bracketed(text, e["start"]))
+
+
 def written_name(parsed: dict) -> str:
     """The place's name as a parsed address writes it: its name field when it has one (``parsed["name"]``), else
     the spans the tagger labels ``poi``, ``subpoi`` or ``devzone`` (a park by its name: 优品文化创意园), in order;
     what stands in parentheses (a branch, a landmark near by) dropped."""
     given = parsed.get("name")
-    if given is None:
-        text = parsed["text"]
-        given = "".join(e["text"] for e in parsed["elements"]
-                        if e["label"] in NAME_LABELS and not _bracketed(text, e["start"]))
-    return _BRACKETED.sub("", given.lower())
+    return _BRACKETED.sub("", (_written_spans(parsed, NAME_LABELS) if given is None else given).lower())
 
 
 def _parts(parsed: dict) -> list[str]:
@@ -82,12 +84,22 @@ def _pairs(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)}
 
 
+def _pairs_of_parts(parts: list[str]) -> set[str]:
+    """The pairs of characters in a row within each part (none across a word dropped between two parts)."""
+    return set().union(*(_pairs(part) for part in parts))
+
+
+def _address_pairs(parsed: dict) -> set[str]:
+    """The pairs of characters in a row of the address below its admin levels, its name field included."""
+    return _pairs((below_admin(parsed) + parsed.get("name", "")).lower())
+
+
 def _place(parsed: dict) -> tuple[str, set[str]]:
     """(:func:`name_of`, the pairs of characters in a row of the name's parts: none across a word dropped between
     two parts), from one reading of the name."""
     parts = _parts(parsed)
     name = "".join(parts)
-    return (name if len(name) >= MIN_NAME else ""), set().union(*(_pairs(part) for part in parts))
+    return (name if len(name) >= MIN_NAME else ""), _pairs_of_parts(parts)
 
 
 def name_of(parsed: dict) -> str:
@@ -103,11 +115,8 @@ def _sub_place(parsed: dict) -> tuple[str, set[str]]:
     (:data:`_PART`: 2期, b区, 北区)). Empty for an address kept with a name field, or with no sub-place."""
     if parsed.get("name") is not None:
         return "", set()
-    text = parsed["text"]
-    written = "".join(e["text"] for e in parsed["elements"] if e["label"] == "subpoi" and not _bracketed(text, e["start"]))
-    written = _BRACKETED.sub("", written.lower())
-    parts = [part for part in _DROPPED.split(_PART.sub(" ", written)) if part]
-    return written, set().union(set(), *(_pairs(part) for part in parts))
+    written = _BRACKETED.sub("", _written_spans(parsed, ("subpoi",)).lower())
+    return written, _pairs_of_parts([part for part in _DROPPED.split(_PART.sub(" ", written)) if part])
 
 
 def name_conflict(qa: dict, qb: dict) -> tuple[str, str] | None:
@@ -119,7 +128,7 @@ def name_conflict(qa: dict, qb: dict) -> tuple[str, str] | None:
     (name_a, pairs_a), (name_b, pairs_b) = _place(qa), _place(qb)
     if not name_a or not name_b:
         return None
-    text_a, text_b = _pairs((below_admin(qa) + qa.get("name", "")).lower()), _pairs((below_admin(qb) + qb.get("name", "")).lower())
+    text_a, text_b = _address_pairs(qa), _address_pairs(qb)
     if not pairs_a & text_b and not pairs_b & text_a:
         return written_name(qa), written_name(qb)
     (sub_a, sub_pairs_a), (sub_b, sub_pairs_b) = _sub_place(qa), _sub_place(qb)
