@@ -152,20 +152,19 @@ def _in_order_cuda(n: int, batches: list[np.ndarray], inputs: Callable[[np.ndarr
             return {k: v.pin_memory().to(device, non_blocking=True) for k, v in inputs(idx).items()}
 
     pending = upload(batches[0]) if batches else None
-    results: list[tuple[np.ndarray, torch.Tensor]] = []
+    launched: list[torch.Tensor] = []  # one a batch, in the order of ``batches``
     for b, idx in enumerate(batches):
         batch = pending
         torch.cuda.current_stream().wait_stream(copy_stream)
         for tensor in batch.values():  # allocated on the copy stream, used on this one
             tensor.record_stream(torch.cuda.current_stream())
-        results.append((idx, postprocess(runner(**batch))))
+        launched.append(postprocess(runner(**batch)))
         # tokenize + upload the next batch while this one runs on the GPU
         pending = upload(batches[b + 1]) if b + 1 < len(batches) else None
         if on_batch is not None:
             on_batch(len(idx))
-    launched = iter(result for _, result in results)  # brought back in the order they ran
-    return _in_order(n, [idx for idx, _ in results],
-                     lambda idx: next(launched).float().to("cpu", non_blocking=False).numpy(), None)
+    results = iter(launched)
+    return _in_order(n, batches, lambda idx: next(results).float().to("cpu", non_blocking=False).numpy(), None)
 
 
 def encode(
