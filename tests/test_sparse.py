@@ -67,7 +67,7 @@ def test_common_ngrams_alone_do_not_make_candidates_but_scores_stay_exact(monkey
     assert ids[0][0] == 140
     assert index._common[index.vocabulary["深圳"]] and not index._common[index.vocabulary["东方"]]
     # the pruned scores are the exact cosines of the candidates
-    exact = index._vectorize([query]).dot(index.matrix.T).toarray().ravel()
+    exact = index.matrix.dense() @ index._vectorize([query]).dense()[0]
     assert abs(scores[0][0] - exact[40]) < 1e-6
     # candidates only via rare n-grams: every entry returned shares one with the query (just 广东省深圳市 is not enough)
     rare = {g for g in sp.ngrams(query) if g in index.vocabulary and not index._common[index.vocabulary[g]]}
@@ -102,11 +102,11 @@ def test_pruned_search_scores_every_candidate_exactly(monkeypatch):
     for query in ["杭州西湖文3路17号", "杭州文5路号", "上城解放路", "杭州市西湖区文", "西湖文2路33号", "杭州上城解放路1号"]:
         scores, ids = index.search([query], 8)
         q = index._vectorize([query])
-        exact = q.dot(index.matrix.T).toarray().ravel()
+        exact = index.matrix.dense() @ q.dense()[0]
         rare = [c for c in q.indices if not index._common[c]]
         if rare and len(rare) < len(q.indices):  # rare and common n-grams: the pruned path
             pruned += 1
-            candidates = np.unique(np.concatenate([index.matrix[:, c].nonzero()[0] for c in rare]))
+            candidates = np.unique(np.concatenate([np.flatnonzero(index.matrix.dense()[:, c]) for c in rare]))
         else:  # only rare or only common ones: every entry sharing one
             candidates = np.flatnonzero(exact > 0)
         found = ids[0][ids[0] >= 0] - 1000

@@ -5,7 +5,7 @@ strings (a shop name, a road it has never seen); character bigrams and trigrams 
 candidate lists are fused by reciprocal rank before reranking.
 
 Stored as one ``.npz`` beside the FAISS file: the n-gram vocabulary, idf weights, the L2-normalized
-CSR matrix (one row per entry) and the entry ids of its rows.
+CSR matrix (one row per entry: :mod:`mgeo_index.index.csr`) and the entry ids of its rows.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import sparse
 
 from mgeo_index.catalog.crashpoints import crashpoint
+from mgeo_index.index.csr import Csr, stack
 from mgeo_index.files import replace_atomic
 
 NGRAMS = (2, 3)
@@ -48,14 +48,14 @@ def ngrams(text: str) -> Counter:
 class SparseIndex:
     vocabulary: dict[str, int]
     idf: np.ndarray  # (V,) float32
-    matrix: sparse.csr_matrix  # (N, V) rows L2-normalized
+    matrix: Csr  # (N, V) rows L2-normalized
     ids: np.ndarray  # (N,) int64 entry ids
-    _transposed: sparse.csr_matrix | None = None
+    _transposed: Csr | None = None
     _common: np.ndarray | None = None  # per n-gram: in more than COMMON_SHARE of the entries
     _common_norm: np.ndarray | None = None  # per entry: the L2 norm of its common n-grams' weights
     _common_max: np.ndarray | None = None  # per n-gram: its largest weight in any entry (0 for rare ones)
 
-    def _vectorize(self, texts: Sequence[str]) -> sparse.csr_matrix:
+    def _vectorize(self, texts: Sequence[str]) -> Csr:
         rows, cols, vals = [], [], []
         for r, text in enumerate(texts):
             for gram, tf in ngrams(text).items():
@@ -64,9 +64,8 @@ class SparseIndex:
                     rows.append(r)
                     cols.append(col)
                     vals.append((1.0 + np.log(tf)) * self.idf[col])
-        m = sparse.csr_matrix((np.asarray(vals, dtype=np.float32), (rows, cols)), shape=(len(texts), len(self.idf)))
-        norms = np.sqrt(np.asarray(m.multiply(m).sum(1)).ravel())
-        return sparse.diags(1.0 / np.maximum(norms, 1e-12)).dot(m).tocsr()
+        return Csr.from_rows(np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64),
+                             np.asarray(vals, dtype=np.float32), (len(texts), len(self.idf))).unit_rows()
 
     def search(self, texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Cosine scores (n, k) and entry ids (n, k), best first; -1 ids where fewer than k match.
@@ -91,9 +90,6 @@ class SparseIndex:
             rare = cols[~self._common[cols]]
             if 0 < rare.size < cols.size:
                 pruned[r] = rare
-        rest = [r for r in range(len(texts)) if r not in pruned]
-        full = queries[rest].dot(t).tocsr() if rest else None  # (n, N) sparse: every entry sharing an n-gram
-        position = {r: i for i, r in enumerate(rest)}
         for r in range(len(texts)):
             if r in pruned:
                 # the entries of its rare n-grams, once each and in order (a mask: 7x faster than np.unique on
@@ -110,10 +106,9 @@ class SparseIndex:
                 query[queries.indices[start:stop]] = queries.data[start:stop]
                 if rows.size > k:
                     rows = self._can_make_top(rows, postings, pruned[r], queries.indices[start:stop], query, k)
-                sims = self.matrix[rows] @ query
+                sims = self.matrix.dot_rows(rows, query)
             else:
-                row = full.getrow(position[r])
-                rows, sims = row.indices, row.data
+                rows, sims = self._every_sharing(*queries.row(r))
             if not sims.size:
                 continue
             top = _top(sims, k)
@@ -121,10 +116,25 @@ class SparseIndex:
             ids[r, : len(top)] = self.ids[rows[top]]
         return scores, ids
 
+    def _every_sharing(self, columns: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(entries, cosines) of every entry sharing an n-gram with a query (its ``columns`` and ``weights`` in
+        stored order): the products summed entry by entry in the query's order, the entries last-seen first, as
+        a sparse matrix product leaves them (ties keep that order)."""
+        t = self._transposed
+        postings = [t.indices[t.indptr[c] : t.indptr[c + 1]] for c in columns]
+        if not postings or not sum(len(p) for p in postings):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        sums = np.zeros(len(self.ids), dtype=np.float32)
+        for c, weight, entries in zip(columns, weights, postings):
+            sums[entries] += weight * t.data[t.indptr[c] : t.indptr[c + 1]]  # an n-gram's entries are distinct
+        entries, first = np.unique(np.concatenate(postings), return_index=True)
+        entries = entries[np.argsort(-first)]
+        return entries, sums[entries]
+
     def _prepare(self) -> None:
         """What a search reads besides the matrix, computed once: the transposed matrix (each n-gram's
         entries), which n-grams are common, and the bounds of the common n-grams' part of a cosine."""
-        t = self.matrix.T.tocsr()
+        t = self.matrix.transposed()
         df = np.diff(t.indptr)
         common = df > max(COMMON_SHARE * len(self.ids), COMMON_MIN_ENTRIES)
         squares = np.zeros(len(self.ids), dtype=np.float64)
@@ -189,13 +199,10 @@ def build_sparse(texts: Iterable[str], ids: Sequence[int]) -> SparseIndex:
             cols.append(col)
             tfs.append(1.0 + math.log(tf))
     idf = (np.log((1 + len(texts)) / (1 + np.asarray(df, dtype=np.float64))) + 1.0).astype(np.float32)
-    index = SparseIndex(vocabulary, idf, sparse.csr_matrix((0, len(idf)), dtype=np.float32), np.asarray(ids, dtype=np.int64))
     rows_, cols_ = np.frombuffer(rows, dtype=np.int32), np.frombuffer(cols, dtype=np.int32)
-    raw = sparse.csr_matrix((np.frombuffer(tfs, dtype=np.float32) * idf[cols_], (rows_, cols_)), shape=(len(texts), len(idf)))
+    raw = Csr.from_rows(rows_, cols_, np.frombuffer(tfs, dtype=np.float32) * idf[cols_], (len(texts), len(idf)))
     del rows, cols, tfs, rows_, cols_
-    norms = np.sqrt(np.asarray(raw.multiply(raw).sum(1)).ravel())
-    index.matrix = sparse.diags(1.0 / np.maximum(norms, 1e-12)).dot(raw).tocsr().astype(np.float32)
-    return index
+    return SparseIndex(vocabulary, idf, raw.unit_rows(), np.asarray(ids, dtype=np.int64))
 
 
 def update_sparse(index: SparseIndex, remove_ids: Sequence[int], texts: Sequence[str], ids: Sequence[int]) -> SparseIndex:
@@ -216,11 +223,10 @@ def update_sparse(index: SparseIndex, remove_ids: Sequence[int], texts: Sequence
     for gram in new_df:
         vocabulary[gram] = len(vocabulary)
     idf = np.concatenate([index.idf, np.asarray(new_idf, dtype=np.float32)]).astype(np.float32)
-    kept = index.matrix[keep]
-    kept = sparse.csr_matrix((kept.data, kept.indices, kept.indptr), shape=(kept.shape[0], len(idf)))
+    kept = index.matrix.take_rows(keep).with_columns(len(idf))
     updated = SparseIndex(vocabulary, idf, kept, np.concatenate([index.ids[keep], np.asarray(ids, dtype=np.int64)]))
     if len(texts):
-        updated.matrix = sparse.vstack([kept, updated._vectorize(texts)], format="csr").astype(np.float32)
+        updated.matrix = stack(kept, updated._vectorize(texts))
     return updated
 
 
@@ -248,7 +254,7 @@ def save_atomic(index: SparseIndex, path: str | Path) -> None:
 def load(path: str | Path) -> SparseIndex:
     with np.load(path, allow_pickle=False) as z:
         vocabulary = {gram: i for i, gram in enumerate(z["vocabulary"].tolist())}
-        matrix = sparse.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        matrix = Csr(z["data"], z["indices"], z["indptr"], tuple(int(n) for n in z["shape"]))
         return SparseIndex(vocabulary, z["idf"], matrix, z["ids"])
 
 
