@@ -48,7 +48,7 @@ def main() -> None:
         if not 0 < fraction <= 1:
             raise SystemExit(f"--train-fractions: {fraction} is not a share in (0, 1]")
         started = time.monotonic()
-        model.group_head.boosters, rows = train_trees(model, group_pairs, fraction=fraction)
+        model.group_head.forest, rows = train_trees(model, group_pairs, fraction=fraction)
         report = cross_validate(model, stack_pairs, seeds=args.seeds)["group"]
         print(json.dumps({"fraction": fraction, "train_pairs": len(rows), "queries": len({p.group for p in rows}),
                           "minutes": round((time.monotonic() - started) / 60, 1), "group": report}), flush=True)

@@ -1,7 +1,9 @@
 """The group head: a query's candidates labelled together where a file lists them."""
 import csv
+import gzip
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from mgeo_index import settings
 from mgeo_index.query.match import match_file, score_sides
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import load_cross_encoder
+from mgeo_index.model.forest import Forest
 from mgeo_index.model.group_head import GroupHead, group_features, runs, train_booster
 from mgeo_index.model.manifest import ModelError
 
@@ -69,7 +72,7 @@ def test_the_trees_find_the_best_of_each_run_where_pairwise_thresholds_cannot():
     test_x = group_features(test_features, test_candidates, test_keys)
 
     def f1(booster, inputs):
-        head = GroupHead([booster], [1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], LABELS)
+        head = GroupHead(Forest.from_texts([booster.model_to_string()]), [1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], LABELS)
         return classification_report(test_gold.tolist(), head.decide(head.probabilities(inputs, [])).tolist(),
                                      [0, 1, 2])["macro_f1"]
 
@@ -165,6 +168,29 @@ def test_a_saved_group_head_loads_back_the_same(shipped, tmp_path):
     x = group_features(np.random.default_rng(0).random((len(rows), 135)), [c for _, c in rows], [q for q, _ in rows])
     assert np.array_equal(again.group_head.tree_logits(x), shipped.group_head.tree_logits(x))
     assert again.group_head.manifest() == shipped.group_head.manifest()
+    shipped_trees = Path(shipped.path) / "group_head.safetensors"
+    assert (tmp_path / "cross" / "group_head.safetensors").read_bytes() == shipped_trees.read_bytes()  # the same bytes
+
+
+def test_a_group_head_kept_as_lightgbm_texts_reads_as_before(tmp_path):
+    """Model folders written before the trees were arrays hold the boosters' LightGBM model texts, gzipped: they
+    load, and score as LightGBM does."""
+    pytest.importorskip("lightgbm")
+    copy = tmp_path / "cross"
+    shutil.copytree(settings.DEFAULT_CROSS_MODEL, copy)
+    rng = np.random.default_rng(2)
+    x = group_features(rng.random((300, 135)), [f"候选{i % 7}" for i in range(300)], [f"query {i // 4}" for i in range(300)])
+    gold = rng.integers(0, 3, len(x))
+    boosters = [train_booster(x, gold, np.ones(len(x)), seed=seed, rounds=5, threads=1) for seed in (0, 1)]
+    texts = "\n# mgeo-index: next booster\n".join(b.model_to_string() for b in boosters)
+    (copy / "group_head.safetensors").unlink()
+    (copy / "group_head.lgb.txt.gz").write_bytes(gzip.compress(texts.encode("utf-8")))
+    manifest = json.loads((copy / "mgeo_index.json").read_text())
+    manifest["group_head"] |= {"file": "group_head.lgb.txt.gz", "boosters": 2}
+    (copy / "mgeo_index.json").write_text(json.dumps(manifest))
+    head = load_cross_encoder(copy).group_head
+    reference = sum(np.asarray(b.predict(x, raw_score=True), dtype=np.float64) for b in boosters) / 2
+    assert head.forest.boosters == 2 and np.array_equal(head.tree_logits(x), reference)
 
 
 def _write_pairs(path, rows):

@@ -1,7 +1,8 @@
 """What both tree heads (the feature head of trees, :mod:`~mgeo_index.model.tree_head`, and the group head,
-:mod:`~mgeo_index.model.group_head`) share: LightGBM, imported where trees are used, the threads a booster predicts
-with, and the class balance of their training. Imports no torch, so that the numpy backend's ``match`` runs the group
-head without it."""
+:mod:`~mgeo_index.model.group_head`) share: LightGBM, imported where trees are trained (and where the measured feature
+head of trees predicts; the group head's trees predict in NumPy, :mod:`~mgeo_index.model.forest`), the threads trees
+predict with, and the class balance of their training. Imports no torch, so that the numpy backend's ``match`` runs
+the group head without it."""
 from __future__ import annotations
 
 import os
@@ -13,23 +14,23 @@ from mgeo_index.settings import LABELS
 
 
 def lightgbm():
-    """The lightgbm module, imported where trees are used (a feature head of trees, the group head): parse, jobs,
-    db and --help never pay for it."""
+    """The lightgbm module, imported where trees are trained (the group head, a feature head of trees) or where a
+    feature head of trees predicts: training's extra, not the core's."""
     try:
         import lightgbm as lgb
     except ImportError as exc:
         from mgeo_index.model.manifest import ModelError
 
-        raise ModelError("this model has gradient-boosted trees, which need LightGBM (a dependency of mgeo-index): "
-                         "pip install lightgbm") from exc
+        raise ModelError("training trees (and a feature head of trees) needs LightGBM: "
+                         "pip install 'mgeo-index[train]'") from exc
     return lgb
 
 
 def predict_threads() -> int:
-    """Threads a booster predicts with: torch's intra-op count where torch computes (every core, unless
+    """Threads trees predict with: torch's intra-op count where torch computes (every core, unless
     ``OMP_NUM_THREADS`` or batches computed side by side said otherwise), else ``OMP_NUM_THREADS`` or the cores
-    this process may use. A row's score is the same bits on any number of threads; two gave 2.0x one on the shipped
-    group head (6 boosters of 900 trees, 5,000 rows)."""
+    this process may use. A row's score is the same bits on any number of threads; two gave 1.8x one on the shipped
+    group head in NumPy (6 boosters of 900 trees, 5,000 rows; 2.0x in LightGBM)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         return max(1, torch.get_num_threads())

@@ -27,7 +27,7 @@ from mgeo_index.model import bert
 from mgeo_index.runtime import rows
 from mgeo_index.model.manifest import ModelError, check_savable, fingerprint, read_cross_manifest, save_hf_model, write_manifest
 from mgeo_index.model.decision import GATE_MAX_EXACT, Scoring  # noqa: F401  (GATE_MAX_EXACT: re-exported)
-from mgeo_index.model.group_head import GROUP_HEAD, attach
+from mgeo_index.model.group_head import GROUP_HEAD, LIGHTGBM_TEXTS, attach
 from mgeo_index.model.tokenizer import load_tokenizer
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, load_tree_head
 
@@ -120,7 +120,8 @@ class CrossEncoder(Scoring, torch.nn.Module):
             manifest["gate"] = self.gate
         if self.number_policy is not None:
             manifest["number_policy"] = self.number_policy
-        (path / GROUP_HEAD).unlink(missing_ok=True)
+        for trees in (GROUP_HEAD, LIGHTGBM_TEXTS):
+            (path / trees).unlink(missing_ok=True)
         if self.group_head is not None:
             manifest["group_head"] = self.group_head.manifest()
             self.group_head.save(path)

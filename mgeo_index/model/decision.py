@@ -59,9 +59,8 @@ class Scoring:
 
     @property
     def group_head(self):
-        """The group head (:mod:`mgeo_index.model.group_head`), read from its file on first use: importing LightGBM
-        and reading its 6 boosters' 5,400 trees take about a second (0.5-0.7 s and 0.5 s on a 2-core EPYC), and
-        resolving, serving and pair-by-pair scoring never need it."""
+        """The group head (:mod:`mgeo_index.model.group_head`), read from its file on first use: its 6 boosters'
+        5,400 trees take 0.1 s (a 2-core EPYC), which resolving, serving and pair-by-pair scoring never need."""
         if self._group_head_loader is not None:
             self._group_head, self._group_head_loader = self._group_head_loader(), None
         return self._group_head

@@ -9,14 +9,15 @@ candidates tend to share a label. The group head:
    (:data:`mgeo_index.compare.features.FEATURE_NAMES`), their difference to the best and to the mean of the run's
    candidates, whether it is the run's best on each, log(run length), and how alike its candidate is to the
    run's other candidates (character 2-gram Jaccard: the largest, the mean, how many above 0.6);
-2. scores that with gradient-boosted trees (LightGBM: :func:`train_booster`, on the train split of every
-   labelled pair file, weighted by source; the raw scores of :data:`SEEDS` boosters averaged);
+2. scores that with gradient-boosted trees (LightGBM trains them: :func:`train_booster`, on the train split of every
+   labelled pair file, weighted by source; NumPy evaluates them: :class:`~mgeo_index.model.forest.Forest`, the raw
+   scores of :data:`SEEDS` boosters averaged);
 3. stacks the trees' logits with the network's and the feature head's (one weight per column, a bias per
    label: :func:`mgeo_index.training.calibrate.fit_column_stack`) on held-out splits;
 4. decides the label with per-label offsets fitted there for macro-F1 on CCKS round-2 pairs.
 
 It is fitted by ``scripts/recalibrate.py`` (:func:`mgeo_index.training.group.fit_group_head`); the trees are
-``group_head.lgb.txt.gz`` beside the model, the rest its manifest's ``group_head``. Ranking is untouched:
+``group_head.safetensors`` beside the model, the rest its manifest's ``group_head``. Ranking is untouched:
 ``resolve`` orders and labels its candidates with the pairwise scorer (a retrieval pool is another context than
 a file's hand-listed candidates). The shipped head's stack and offsets are fitted on the calibration and dev
 splits (:data:`mgeo_index.training.group.SHIPPED_HELD_OUT`), so its figures are out-of-fold ones
@@ -41,8 +42,11 @@ import numpy as np
 from mgeo_index import settings
 from mgeo_index.model.decision import GATE_MAX_EXACT, decide
 from mgeo_index.model.boosters import balanced_weights, lightgbm, predict_threads
+from mgeo_index.model.forest import Forest, ForestError
 
-GROUP_HEAD = "group_head.lgb.txt.gz"  # the boosters' LightGBM model texts, one after another, gzipped (4× smaller)
+GROUP_HEAD = "group_head.safetensors"  # the boosters' trees as arrays (mgeo_index.model.forest.STORED)
+# what model folders held before: the boosters' LightGBM model texts, one after another, gzipped; still read
+LIGHTGBM_TEXTS = "group_head.lgb.txt.gz"
 ROUNDS = 300
 # boosters averaged: three boosters' trees moved 5-fold round-2 macro-F1 by about ±0.005–0.01 between seed sets
 # (0.717 / 0.723 for seeds 0-2 / 3-5, 0.736 / 0.717 with the leaves below): six cut it by about √2
@@ -151,7 +155,7 @@ class GroupGate:
 
 @dataclass
 class GroupHead:
-    boosters: list  # lightgbm.Booster over group_features, their raw scores averaged
+    forest: Forest  # the boosters' trees over group_features, their raw scores averaged
     weights: list[float]  # per logits column: the trees, the network, the feature head (when the model has one)
     bias: list[float]  # per label
     decision_offsets: list[float]  # per label
@@ -162,10 +166,7 @@ class GroupHead:
     def tree_logits(self, x: np.ndarray) -> np.ndarray:
         if not len(x):
             return np.empty((0, len(self.labels)))
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        threads = predict_threads()
-        scores = [np.asarray(b.predict(x, raw_score=True, num_threads=threads), dtype=np.float64) for b in self.boosters]
-        return (sum(scores) / len(scores)).reshape(len(x), len(self.labels))
+        return self.forest.raw_scores(x, threads=predict_threads()).reshape(len(x), len(self.labels))
 
     def probabilities(self, x: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
         """Label probabilities from group features ``x`` and the other logits ``columns`` (network, feature
@@ -177,14 +178,12 @@ class GroupHead:
 
     def manifest(self) -> dict:
         return {"kind": "trees", "file": GROUP_HEAD, "labels": self.labels, "weights": self.weights, "bias": self.bias,
-                "decision_offsets": self.decision_offsets, "inputs": int(self.boosters[0].num_feature()),
-                "boosters": len(self.boosters), **self.stats,
+                "decision_offsets": self.decision_offsets, "inputs": self.forest.inputs,
+                "boosters": self.forest.boosters, **self.stats,
                 **({"gate": self.gate.manifest()} if self.gate is not None else {})}
 
     def save(self, directory: str | Path) -> None:
-        text = _NEXT_BOOSTER.join(b.model_to_string() for b in self.boosters)
-        # mtime 0: the same trees give the same bytes (the model's fingerprint covers this file)
-        (Path(directory) / GROUP_HEAD).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+        self.forest.save(Path(directory) / GROUP_HEAD)
 
 
 def check_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> None:
@@ -193,8 +192,10 @@ def check_group_head(directory: str | Path, entry: dict, labels: Sequence[str], 
     from mgeo_index.model.manifest import ModelError
 
     refit = f"refit it: python scripts/recalibrate.py --model {directory} --decision-only"
-    if entry.get("kind") != "trees" or not (Path(directory) / GROUP_HEAD).exists():
-        raise ModelError(f"{directory}: its group head is of an earlier kind (or its {GROUP_HEAD} is missing); {refit}")
+    if entry.get("kind") != "trees" or entry.get("file") not in (GROUP_HEAD, LIGHTGBM_TEXTS) \
+            or not (Path(directory) / entry["file"]).exists():
+        raise ModelError(f"{directory}: its group head is of an earlier kind (or its {entry.get('file', GROUP_HEAD)} is "
+                         f"missing); {refit}")
     if entry["labels"] != list(labels):
         raise ModelError(f"{directory}: its group head was fitted for labels {entry['labels']}, not {list(labels)}; {refit}")
     if entry["inputs"] != 4 * n_features + 4:
@@ -204,13 +205,22 @@ def check_group_head(directory: str | Path, entry: dict, labels: Sequence[str], 
 
 def load_group_head(directory: str | Path, entry: dict, labels: Sequence[str], n_features: int) -> GroupHead:
     """The group head of a model folder from its manifest ``entry`` (:func:`check_group_head` first)."""
+    from mgeo_index.model.manifest import ModelError
+
     check_group_head(directory, entry, labels, n_features)
-    texts = gzip.decompress((Path(directory) / GROUP_HEAD).read_bytes()).decode("utf-8").split(_NEXT_BOOSTER)
-    boosters = [lightgbm().Booster(model_str=text) for text in texts]
+    path = Path(directory) / entry["file"]
+    try:
+        if entry["file"] == LIGHTGBM_TEXTS:
+            forest = Forest.from_texts(gzip.decompress(path.read_bytes()).decode("utf-8").split(_NEXT_BOOSTER))
+        else:
+            forest = Forest.load(path)
+    except (ForestError, OSError, ValueError) as exc:
+        raise ModelError(f"{path}: its trees cannot be read ({exc}); refit them: python scripts/recalibrate.py "
+                         f"--model {directory} --decision-only") from exc
     stats = {k: v for k, v in entry.items()
              if k not in ("kind", "file", "labels", "weights", "bias", "decision_offsets", "inputs", "boosters", "gate")}
     gate = GroupGate.from_manifest(entry["gate"]) if entry.get("gate") else None
-    return GroupHead(boosters, list(entry["weights"]), list(entry["bias"]), list(entry["decision_offsets"]),
+    return GroupHead(forest, list(entry["weights"]), list(entry["bias"]), list(entry["decision_offsets"]),
                      list(entry["labels"]), stats, gate)
 
 

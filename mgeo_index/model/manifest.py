@@ -9,7 +9,7 @@ MANIFEST = "mgeo_index.json"
 # Files whose bytes define what a model computes; the fingerprint covers exactly these.
 _FINGERPRINT_FILES = (
     "config.json", "model.safetensors", "tokenizer.json", "projection.safetensors", "feature_head.safetensors",
-    "feature_head.lgb.txt", "group_head.lgb.txt.gz", MANIFEST
+    "feature_head.lgb.txt", "group_head.safetensors", "group_head.lgb.txt.gz", MANIFEST
 )
 
 

@@ -32,7 +32,7 @@ from mgeo_index import settings
 from mgeo_index.runtime import kernels
 from mgeo_index.compare.features import FEATURE_NAMES, pair_features_batch
 from mgeo_index.model.cross_encoder import FEATURE_HEAD, CrossEncoder, load_cross_encoder, save_head
-from mgeo_index.model.group_head import GROUP_HEAD
+from mgeo_index.model.group_head import GROUP_HEAD, LIGHTGBM_TEXTS
 from mgeo_index.model.tree_head import TREE_HEAD, TreeHead, train_tree_head
 from mgeo_index.model.manifest import MANIFEST, fingerprint, write_manifest
 from mgeo_index.settings import LABELS
@@ -332,7 +332,7 @@ def save_version(cross: CrossEncoder, parent_dir: str | Path, target: str | Path
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for file in parent_dir.iterdir():
-        if file.is_file() and file.name not in (FEATURE_HEAD, TREE_HEAD, GROUP_HEAD, MANIFEST, REPLAY_FILE):
+        if file.is_file() and file.name not in (FEATURE_HEAD, TREE_HEAD, GROUP_HEAD, LIGHTGBM_TEXTS, MANIFEST, REPLAY_FILE):
             shutil.copy2(file, staging / file.name)
     save_head(cross.feature_head, staging)
     manifest = json.loads((parent_dir / MANIFEST).read_text())

@@ -18,6 +18,7 @@ from mgeo_index.query import labelling
 from mgeo_index.compare.features import pair_features_batch
 from mgeo_index.measure.metrics import classification_report
 from mgeo_index.model.cross_encoder import CrossEncoder
+from mgeo_index.model.forest import Forest
 from mgeo_index.model.group_head import (ROUNDS, SEEDS, GroupGate, GroupHead, decide, group_features, settles,
                                          stacked_probabilities, train_booster)
 from mgeo_index.measure.splits import split_of
@@ -87,8 +88,8 @@ def _decision_rows(rows: list[data.Pair], sources: tuple[str, ...]) -> np.ndarra
 
 
 def train_trees(cross: CrossEncoder, group_pairs: list[data.Pair], *, seed: int = 0,
-                fraction: float = 1.0) -> tuple[list, list[data.Pair]]:
-    """(:data:`SEEDS` boosters, the pairs they learnt from): the group head's trees on the train split of
+                fraction: float = 1.0) -> tuple[Forest, list[data.Pair]]:
+    """(the trees of :data:`SEEDS` boosters, the pairs they learnt from): the group head's trees on the train split of
     ``group_pairs``, rows weighted by :data:`SOURCE_WEIGHTS`. ``fraction`` < 1 keeps that share of the queries
     (whole queries, chosen by a hash of their key, so a smaller share is inside a larger one): the learning curve
     of ``research/eval_group_head.py --train-fractions``."""
@@ -96,7 +97,8 @@ def train_trees(cross: CrossEncoder, group_pairs: list[data.Pair], *, seed: int 
         p for p in group_pairs if zlib.crc32(f"fraction:{p.group}".encode()) % 10_000 < fraction * 10_000]
     rows, _, _, _, x, gold = _described(cross, pairs, ("train",))
     weight = np.array([SOURCE_WEIGHTS.get(p.source, 1.0) for p in rows])
-    return [train_booster(x, gold, weight, seed=seed + k) for k in range(SEEDS)], rows
+    boosters = [train_booster(x, gold, weight, seed=seed + k) for k in range(SEEDS)]
+    return Forest.from_texts([booster.model_to_string() for booster in boosters]), rows
 
 
 def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pairs: list[data.Pair], *,
@@ -110,8 +112,8 @@ def fit_group_head(cross: CrossEncoder, group_pairs: list[data.Pair], stack_pair
     if cross.feature_head is None:
         cross.group_head = None
         return None
-    boosters, rows = train_trees(cross, group_pairs, seed=seed)
-    head = GroupHead(boosters, [], [], [], list(cross.labels))
+    forest, rows = train_trees(cross, group_pairs, seed=seed)
+    head = GroupHead(forest, [], [], [], list(cross.labels))
     stack_rows, gold, columns = held_out_columns(cross, head, stack_pairs, held_out)
     decision_rows = _decision_rows(stack_rows, decision_sources)
     head.weights, head.bias, head.decision_offsets = _fit_decision(columns, gold, decision_rows, cross.labels)
