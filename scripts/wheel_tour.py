@@ -26,8 +26,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: What a CPU install without extras must not hold: the GPU compiler, the training library, a FAISS GPU build.
-FORBIDDEN = ("triton", "transformers", "faiss_gpu")
+#: What a CPU install without extras must not hold: the GPU compiler, the training libraries (and SciPy, which
+#: LightGBM brings), a FAISS GPU build.
+FORBIDDEN = ("triton", "transformers", "lightgbm", "scipy", "faiss_gpu")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "", "no_proxy": "",
            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}

@@ -83,8 +83,8 @@ def test_the_wheel_installs_alone_and_runs_the_tour_offline_then_serves(tmp_path
                           capture_output=True, text=True, timeout=1500, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    # 1,386 MB measured (du); triton alone would add 999 MB, transformers 130 (docs/install.md)
-    assert report["site_packages_mb"] <= 1450, report
+    # 1,215 MB measured (du); triton alone would add 999 MB, transformers 130, LightGBM with SciPy 153 (docs/install.md)
+    assert report["site_packages_mb"] <= 1300, report
     assert report["faiss_builds"] == ["faiss-cpu"]
     assert set(report["tour_s"]) == {"build", "resolve", "normalize", "match", "parse", "serve"}
 
