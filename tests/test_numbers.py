@@ -407,3 +407,19 @@ def test_a_normalize_job_records_its_policy_and_will_not_resume_under_another(nu
         eng.dispose()
     with pytest.raises(JobError, match="numbers 'loose' → 'strict'"):
         normalize_file(source, loose, numbered_index[0], device="cpu", numbers="strict")
+
+
+def test_a_batch_reads_each_parse_once_and_answers_as_pair_by_pair():
+    """number_conflicts_batch keeps what a parse says of its numbers for every pair it is in (a query against its
+    candidates, an entry against several queries): the answers are those of each pair alone, in either order."""
+    from mgeo_index.compare.conflicts import number_conflicts_batch
+
+    texts = ["北京市朝阳区建国路88号soho现代城a座1201", "北京市朝阳区建国路88号soho现代城b座1201", "建国路88号12楼01",
+             "中关村大街4~6号", "中关村大街46号", "中关村大街5号", "静慎村三组", "静慎村五组", "特区报业大厦b1层",
+             "特区报业大厦1层", "西直门南小街甲12号", "西直门南小街乙12号", "上海市2000弄51支弄3号", "上海市2000弄70支弄3号"]
+    parsed = parse(texts)
+    first = [parsed[i] for i in range(len(texts)) for _ in range(len(texts))]  # each parse, the same object, again
+    second = [parsed[j] for _ in range(len(texts)) for j in range(len(texts))]
+    batch = number_conflicts_batch(first, second)
+    assert batch == [number_conflicts(a, b) for a, b in zip(first, second)]
+    assert sum(bool(found) for found in batch) >= 20  # letters, ranges, groups, basements, stems and lanes conflict

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from mgeo_index.compare.elements import NUMBERED, PARSED_ELEMENTS, same, spans
 from mgeo_index.compare.names import below_admin, name_conflict
@@ -243,12 +243,50 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
       (3组 / 5组, 第3村民小组 / 第5村民小组): element ``group``.
 
     An element written on one side only is no conflict."""
-    marks_a, marks_b = _number_marks(qa), _number_marks(qb)
+    return _conflicts(_Side(qa), _Side(qb))
+
+
+class _Side:
+    """What :func:`number_conflicts` reads of one parsed address, each read when first asked and then kept: in a
+    batch a query meets each of its candidates, and a catalog entry several queries (:func:`number_conflicts_batch`).
+    Nothing read here is changed by a caller."""
+
+    def __init__(self, parsed: dict):
+        self.parsed = parsed
+
+    @cached_property
+    def marks(self) -> tuple[str, ...]:
+        return _number_marks(self.parsed)
+
+    @cached_property
+    def numbered(self) -> dict[str, list[str]]:
+        return _numberspans(self.parsed)
+
+    @cached_property
+    def normal_spans(self) -> set[str]:
+        return {_normal_span(t) for spans in self.numbered.values() for t in spans}
+
+    @cached_property
+    def road(self) -> str | None:
+        return spans(self.parsed).get("road")
+
+    @cached_property
+    def lanes(self) -> tuple[str, ...]:
+        return _runs(_LANE, self.parsed["text"])
+
+    @cached_property
+    def groups(self) -> tuple[str, ...]:
+        return _runs(_GROUP, self.parsed["text"])
+
+
+def _conflicts(a: _Side, b: _Side) -> dict[str, tuple[str, str]]:
+    """:func:`number_conflicts` of two sides."""
+    qa, qb, marks_a, marks_b = a.parsed, b.parsed, a.marks, b.marks
     if marks_a == marks_b:
         return {}
-    sa, sb = _numberspans(qa), _numberspans(qb)
-    spans_a, spans_b = ({_normal_span(t) for spans in side.values() for t in spans} for side in (sa, sb))
-    roads = [spans(q).get("road") for q in (qa, qb)]
+    sa, sb = a.numbered, b.numbered
+    spans_a, spans_b = a.normal_spans, b.normal_spans
+    roads = [a.road, b.road]
     rooms = {"room": (_rooms_as_doors(sa, sb) or sa.get("room"), _rooms_as_doors(sb, sa) or sb.get("room"))}
     out = {}
     for name in NUMBERED:
@@ -269,8 +307,7 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
     if ("floor" in out or "room" in out) and sa.get("room") and sb.get("room") and not basement \
             and _door_digits(sa) == _door_digits(sb):
         out.pop("floor", None), out.pop("room", None)  # one door, split otherwise: 18 + 2 / 1层 + 82室
-    for name, pattern, unit in (("lane", _LANE, "支弄"), ("group", _GROUP, "组")):
-        found_a, found_b = _runs(pattern, qa["text"]), _runs(pattern, qb["text"])
+    for name, found_a, found_b, unit in (("lane", a.lanes, b.lanes, "支弄"), ("group", a.groups, b.groups, "组")):
         if found_a and found_b and not set(found_a) & set(found_b):
             out[name] = ("、".join(f"{n}{unit}" for n in found_a), "、".join(f"{n}{unit}" for n in found_b))
     if not out and marks_a and marks_b and (numbers := _differing_numbers(qa, qb)):
@@ -290,5 +327,13 @@ def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = Non
 
 
 def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
-    """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy."""
-    return [number_conflicts(qa, qb) for qa, qb in zip(parsed_a, parsed_b)]
+    """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy,
+    what each parse says of its numbers read once however many pairs it is in."""
+    sides: dict[int, _Side] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
+
+    def side(parsed: dict) -> _Side:
+        if (known := sides.get(id(parsed))) is None:
+            known = sides[id(parsed)] = _Side(parsed)
+        return known
+
+    return [_conflicts(side(qa), side(qb)) for qa, qb in zip(parsed_a, parsed_b)]

@@ -29,10 +29,6 @@ class Csr:
     shape: tuple[int, int]
 
     @classmethod
-    def empty(cls, columns: int) -> Csr:
-        return cls(np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int32), (0, columns))
-
-    @classmethod
     def from_rows(cls, rows: np.ndarray, columns: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> Csr:
         """The matrix of (row, column, value) triples, each row's columns in ascending order (no (row, column)
         twice)."""
