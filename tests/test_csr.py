@@ -15,7 +15,7 @@ triples = st.integers(1, 12).flatmap(lambda n: st.tuples(
 
 def _matrix(case) -> tuple[Csr, np.ndarray]:
     n, columns, cells = case
-    unique = {(r, c % columns): v for r, c, v in cells}
+    unique = dict(sorted({(r, c % columns): v for r, c, v in cells}.items(), key=lambda cell: cell[0][0]))  # row order
     rows = np.array([r for r, _ in unique], dtype=np.int64)
     cols = np.array([c for _, c in unique], dtype=np.int64)
     values = np.array(list(unique.values()), dtype=np.float32)
@@ -37,6 +37,28 @@ def test_rows_transpose_stack_and_dense_agree(case, picks):
     assert np.array_equal(t.dense(), dense.T)
     assert all((np.diff(t.row(c)[0]) > 0).all() for c in range(t.shape[0]))
     assert np.array_equal(stack(m, m).dense(), np.vstack([dense, dense]))
+
+
+def test_triples_out_of_row_order_are_refused_and_big_matrices_go_in_blocks(monkeypatch):
+    from mgeo_index.index import csr
+
+    with pytest.raises(ValueError, match="row order"):
+        Csr.from_rows(np.array([1, 0]), np.array([0, 1]), np.array([1.0, 2.0], dtype=np.float32), (2, 2))
+    monkeypatch.setattr(csr, "BLOCK", 3)  # a block of rows every ~3 values: the same matrix as in one block
+    rng = np.random.default_rng(4)
+    dense = (rng.random((30, 9)) < 0.4) * rng.random((30, 9)).astype(np.float32)
+    rows, cols = np.nonzero(dense)
+    shuffled = np.concatenate([rng.permutation(np.flatnonzero(rows == r)) for r in range(30)])  # within rows only
+    m = Csr.from_rows(rows[shuffled], cols[shuffled], dense[rows, cols][shuffled].astype(np.float32), (30, 9))
+    assert np.array_equal(m.dense(), dense)
+    monkeypatch.setattr(csr, "BLOCK", 1 << 20)
+    whole = m.unit_rows()
+    monkeypatch.setattr(csr, "BLOCK", 3)
+    blocked = m.unit_rows()
+    assert np.array_equal(blocked.data, whole.data) and np.array_equal(blocked.indices, whole.indices)
+    t = m.transposed()  # in blocks of rows, each column's rows still ascending
+    assert np.array_equal(t.dense(), dense.T)
+    assert all((np.diff(t.row(c)[0]) > 0).all() for c in range(9))
 
 
 @settings(max_examples=80, deadline=None)

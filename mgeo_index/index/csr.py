@@ -30,13 +30,19 @@ class Csr:
 
     @classmethod
     def from_rows(cls, rows: np.ndarray, columns: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> Csr:
-        """The matrix of (row, column, value) triples, each row's columns in ascending order (no (row, column)
-        twice)."""
-        order = np.lexsort((columns, rows))
+        """The matrix of (row, column, value) triples given in row order, each row's columns put in ascending order
+        (no (row, column) twice). Sorted a block of rows at a time: a catalog's matrix is not copied whole."""
         dtype = index_dtype(len(values), *shape)
         indptr = np.zeros(shape[0] + 1, dtype=dtype)
         np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
-        return cls(np.asarray(values)[order], np.asarray(columns, dtype=dtype)[order], indptr, tuple(shape))
+        data, indices = np.empty(len(values), dtype=np.asarray(values).dtype), np.empty(len(values), dtype=dtype)
+        for lo, hi in _blocks(indptr):
+            block = rows[lo:hi]
+            if len(block) and (block[0] != block.min() or (np.diff(block) < 0).any()):
+                raise ValueError("Csr.from_rows: the triples are not in row order")
+            order = np.lexsort((columns[lo:hi], block)) + lo
+            data[lo:hi], indices[lo:hi] = values[order], columns[order]
+        return cls(data, indices, indptr, tuple(shape))
 
     @property
     def nnz(self) -> int:
@@ -50,17 +56,22 @@ class Csr:
         span = slice(self.indptr[i], self.indptr[i + 1])
         return self.indices[span], self.data[span]
 
-    def _positions(self, rows: np.ndarray) -> np.ndarray:
-        """Positions in ``data`` of the stored values of ``rows``, row after row, each in stored order."""
-        counts = self.lengths()[rows]
-        starts = np.repeat(self.indptr[rows].astype(np.int64) - np.cumsum(counts) + counts, counts)
-        return starts + np.arange(int(counts.sum()), dtype=np.int64)
+    def _counts(self, rows: np.ndarray) -> np.ndarray:
+        """How many values each of ``rows`` stores (without a pass over the whole matrix)."""
+        return (self.indptr[rows + 1] - self.indptr[rows]).astype(np.int64)
+
+    def _positions(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Positions in ``data`` of the stored values of ``rows`` (``counts`` of them each), row after row, each in
+        stored order."""
+        dtype = index_dtype(self.nnz)
+        starts = np.repeat((self.indptr[rows] - np.cumsum(counts) + counts).astype(dtype), counts)
+        return starts + np.arange(int(counts.sum()), dtype=dtype)
 
     def take_rows(self, rows: np.ndarray) -> Csr:
         """The matrix of ``rows`` (indices or a boolean mask), in that order."""
         rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.int64)
-        counts = self.lengths()[rows]
-        at = self._positions(rows)
+        counts = self._counts(rows)
+        at = self._positions(rows, counts)
         indptr = np.zeros(len(rows) + 1, dtype=index_dtype(len(at), *self.shape))
         np.cumsum(counts, out=indptr[1:])
         return Csr(self.data[at], self.indices[at], indptr, (len(rows), self.shape[1]))
@@ -69,48 +80,93 @@ class Csr:
         return Csr(self.data, self.indices, self.indptr, (self.shape[0], columns))
 
     def dot_rows(self, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """``self[rows] @ vector`` in float32, each row's products summed one after another in stored order."""
-        at = self._positions(rows)
-        products = self.data[at] * vector[self.indices[at]]
-        # a zero product leaves a sum of positive terms as it is: only the columns the vector has are summed
-        shared = products != 0
-        counts = np.bincount(np.repeat(np.arange(len(rows)), self.lengths()[rows])[shared], minlength=len(rows))
-        return sequential_sums(products[shared], counts)
+        """``self[rows] @ vector`` in float32, each row's products summed one after another in stored order.
+
+        A column the vector does not have adds nothing to a row's sum (a product of 0 leaves a sum of positive terms
+        as it is), so only the columns it has are read and summed: a query shares a few dozen of the columns an
+        entry stores."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return np.zeros(0, dtype=self.data.dtype)
+        counts = self._counts(rows)
+        at = self._positions(rows, counts)
+        columns = np.take(self.indices, at, mode="clip")  # "clip": no bounds checks; positions are in range
+        shared = np.take(vector != 0, columns, mode="clip")  # a table of bytes stays in cache, one of floats less
+        kept = np.flatnonzero(shared)
+        products = np.take(self.data, at[kept]) * vector[columns[kept]]
+        if counts.all():  # each row's shared columns counted in one pass (a segment is never empty here)
+            per_row = np.add.reduceat(shared.view(np.int8), np.cumsum(counts) - counts, dtype=np.int64)
+        else:
+            per_row = np.bincount(np.repeat(np.arange(len(rows)), counts)[kept], minlength=len(rows))
+        return sequential_sums(products, per_row)
 
     def transposed(self) -> Csr:
-        """The transpose as rows (each column's entries, rows ascending)."""
-        rows = np.repeat(np.arange(self.shape[0], dtype=np.int64), self.lengths())
-        order = np.argsort(self.indices, kind="stable")
+        """The transpose as rows (each column's entries, rows ascending). A block of rows at a time, each block's
+        values placed after the earlier blocks' in their columns: no copy of the whole matrix besides the result."""
         dtype = index_dtype(self.nnz, *self.shape)
         indptr = np.zeros(self.shape[1] + 1, dtype=dtype)
         np.cumsum(np.bincount(self.indices, minlength=self.shape[1]), out=indptr[1:])
-        return Csr(self.data[order], rows[order].astype(dtype), indptr, (self.shape[1], self.shape[0]))
+        data, indices = np.empty_like(self.data), np.empty(self.nnz, dtype=dtype)
+        free = indptr[:-1].astype(np.int64)  # per column, where its next value goes
+        for lo, hi, first, last in _row_blocks(self.indptr):
+            if hi == lo:
+                continue
+            columns = self.indices[lo:hi]
+            order = np.argsort(columns, kind="stable")
+            by_column = columns[order]
+            starts = np.flatnonzero(np.r_[True, by_column[1:] != by_column[:-1]])  # each column's run in the block
+            rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+            at = free[by_column] + rank
+            rows = np.repeat(np.arange(first, last, dtype=dtype), np.diff(self.indptr[first : last + 1]))
+            data[at], indices[at] = self.data[lo:hi][order], rows[order]
+            np.add.at(free, by_column[starts], np.diff(np.r_[starts, len(order)]))
+        return Csr(data, indices, indptr, (self.shape[1], self.shape[0]))
 
     def unit_rows(self) -> Csr:
-        """Each row divided by its L2 norm (a norm under 1e-12 counts as 1e-12), stored last column first: a
-        diagonal matrix times this one, as a sparse product writes it."""
-        squares = self.data * self.data
-        norms = np.zeros(self.shape[0], dtype=squares.dtype)
-        filled = np.flatnonzero(self.lengths())
-        if len(filled):
-            norms[filled] = np.add.reduceat(squares, self.indptr[filled])
-        scale = 1.0 / np.maximum(np.sqrt(norms), 1e-12)
-        reversed_at = self._reversed_positions()
-        counts = self.lengths()
-        data = np.repeat(scale, counts) * self.data[reversed_at]
-        return Csr(data.astype(np.float32), self.indices[reversed_at], self.indptr.copy(), self.shape)
-
-    def _reversed_positions(self) -> np.ndarray:
-        counts = self.lengths().astype(np.int64)
-        ends = np.repeat(self.indptr[1:].astype(np.int64), counts)
-        within = np.arange(self.nnz, dtype=np.int64) - np.repeat(self.indptr[:-1].astype(np.int64), counts)
-        return ends - 1 - within
+        """Each row divided by its L2 norm (a norm under 1e-12 counts as 1e-12; squares summed by
+        ``np.add.reduceat`` in stored order), stored last column first: a diagonal matrix times this one, as a
+        sparse product writes it. A block of rows at a time."""
+        data, indices = np.empty(self.nnz, dtype=np.float32), np.empty_like(self.indices)
+        for lo, hi, first, last in _row_blocks(self.indptr):
+            starts = self.indptr[first:last].astype(np.int64) - lo
+            counts = np.diff(self.indptr[first : last + 1]).astype(np.int64)
+            values = self.data[lo:hi]
+            norms = np.zeros(last - first, dtype=values.dtype)
+            filled = np.flatnonzero(counts)
+            if len(filled):
+                norms[filled] = np.add.reduceat(values * values, starts[filled])
+            scale = 1.0 / np.maximum(np.sqrt(norms), 1e-12)
+            within = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, counts)
+            backwards = np.repeat(starts + counts - 1, counts) - within  # each row's values last first
+            data[lo:hi] = np.repeat(scale, counts) * values[backwards]
+            indices[lo:hi] = self.indices[lo:hi][backwards]
+        return Csr(data, indices, self.indptr.copy(), self.shape)
 
     def dense(self) -> np.ndarray:
         """The whole matrix as a dense array (small matrices: tests)."""
         out = np.zeros(self.shape, dtype=self.data.dtype)
         out[np.repeat(np.arange(self.shape[0]), self.lengths()), self.indices] = self.data
         return out
+
+
+BLOCK = 1 << 20  # stored values a block of rows holds, about (a row is never split)
+
+
+def _row_blocks(indptr: np.ndarray):
+    """(first value, end value, first row, end row) of consecutive blocks of whole rows, about :data:`BLOCK` values
+    each."""
+    rows = len(indptr) - 1
+    first = 0
+    while first < rows:
+        last = int(np.searchsorted(indptr, indptr[first] + BLOCK, side="right")) - 1
+        last = min(max(last, first + 1), rows)
+        yield int(indptr[first]), int(indptr[last]), first, last
+        first = last
+
+
+def _blocks(indptr: np.ndarray):
+    """(first value, end value) of :func:`_row_blocks`."""
+    return ((lo, hi) for lo, hi, _, _ in _row_blocks(indptr))
 
 
 def stack(top: Csr, bottom: Csr) -> Csr:

@@ -121,14 +121,17 @@ class SparseIndex:
         stored order): the products summed entry by entry in the query's order, the entries last-seen first, as
         a sparse matrix product leaves them (ties keep that order)."""
         t = self._transposed
-        postings = [t.indices[t.indptr[c] : t.indptr[c + 1]] for c in columns]
-        if not postings or not sum(len(p) for p in postings):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         sums = np.zeros(len(self.ids), dtype=np.float32)
-        for c, weight, entries in zip(columns, weights, postings):
-            sums[entries] += weight * t.data[t.indptr[c] : t.indptr[c + 1]]  # an n-gram's entries are distinct
-        entries, first = np.unique(np.concatenate(postings), return_index=True)
-        entries = entries[np.argsort(-first)]
+        seen = np.zeros(len(self.ids), dtype=bool)
+        first_seen = []  # the entries each n-gram brings first, in order
+        for c, weight in zip(columns, weights):
+            span = slice(t.indptr[c], t.indptr[c + 1])
+            entries = t.indices[span]
+            sums[entries] += weight * t.data[span]  # an n-gram's entries are distinct
+            new = entries[~seen[entries]]
+            seen[new] = True
+            first_seen.append(new)
+        entries = np.concatenate(first_seen)[::-1] if first_seen else np.zeros(0, dtype=np.int64)
         return entries, sums[entries]
 
     def _prepare(self) -> None:
