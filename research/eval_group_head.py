@@ -15,6 +15,13 @@ labelled pairs would buy).
 
     OMP_NUM_THREADS=1 python research/eval_group_head.py --data ../shared/data [--model DIR]
     OMP_NUM_THREADS=1 python research/eval_group_head.py --data ../shared/data --train-fractions 0.125 0.25 0.5 1
+
+``--max-depths`` trains the trees again on the whole train split with each depth limit (LightGBM's ``max_depth``;
+the shipped trees have none and reach 28 levels) and cross-validates them the same way, with the time NumPy takes
+to walk them (:class:`mgeo_index.model.forest.Forest`) over the held-out pairs' group features: what shallower trees
+cost in quality and save in ``match``.
+
+    python research/eval_group_head.py --data ../shared/data --max-depths 6 8 10
 """
 from __future__ import annotations
 
@@ -35,11 +42,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="fold seeds")
     parser.add_argument("--train-fractions", type=float, nargs="+", default=None,
                         help="shares of the train split's queries to train the trees on again (the learning curve)")
+    parser.add_argument("--max-depths", type=int, nargs="+", default=None,
+                        help="depth limits to train the trees again with (quality and walking time of each)")
     args = parser.parse_args()
     model = load_cross_encoder(args.model)
     if model.group_head is None:
         raise SystemExit(f"{args.model} has no group head: fit one with scripts/recalibrate.py --decision-only")
     group_pairs, stack_pairs = group_head_pairs(args.data)
+    if args.max_depths is not None:
+        depths(model, group_pairs, stack_pairs, args.max_depths, args.seeds)
+        return
     if args.train_fractions is None:
         for name, report in cross_validate(model, stack_pairs, seeds=args.seeds).items():
             print(name, json.dumps(report), flush=True)
@@ -52,6 +64,28 @@ def main() -> None:
         report = cross_validate(model, stack_pairs, seeds=args.seeds)["group"]
         print(json.dumps({"fraction": fraction, "train_pairs": len(rows), "queries": len({p.group for p in rows}),
                           "minutes": round((time.monotonic() - started) / 60, 1), "group": report}), flush=True)
+
+
+def depths(model, group_pairs, stack_pairs, limits: list[int], seeds: int) -> None:
+    """The shipped trees, then trees trained again with each depth limit: 5-fold quality and walking time."""
+    from mgeo_index.model.boosters import predict_threads
+    from mgeo_index.training.group import SHIPPED_HELD_OUT, _described
+
+    x = _described(model, stack_pairs, SHIPPED_HELD_OUT)[4]
+    for limit in [None, *limits]:
+        started = time.monotonic()
+        if limit is not None:
+            if limit < 1:
+                raise SystemExit(f"--max-depths: {limit} is not a depth")
+            model.group_head.forest, _ = train_trees(model, group_pairs, params={"max_depth": limit})
+        trained = time.monotonic() - started
+        walked = time.perf_counter()
+        model.group_head.forest.raw_scores(x, threads=predict_threads())
+        walked = time.perf_counter() - walked
+        report = cross_validate(model, stack_pairs, seeds=seeds)["group"]
+        print(json.dumps({"max_depth": limit, "deepest": int(model.group_head.forest.depths.max()),
+                          "train_minutes": round(trained / 60, 1), "walk_s": round(walked, 2),
+                          "pairs": len(x), "group": report}), flush=True)
 
 
 if __name__ == "__main__":

@@ -97,13 +97,13 @@ def group_features(features: np.ndarray, candidates: Sequence[str], keys: Sequen
 
 
 def train_booster(x: np.ndarray, gold: np.ndarray, weight: np.ndarray, *, seed: int = 0, rounds: int = ROUNDS,
-                  threads: int = 0):
+                  threads: int = 0, params: dict | None = None):
     """LightGBM trees on group features → 3 raw scores; each row weighted by ``weight`` times its class's
-    inverse frequency (``exact_match`` is rare)."""
+    inverse frequency (``exact_match`` is rare). ``params``: LightGBM parameters over :data:`PARAMS` (research)."""
     lgb = lightgbm()
     gold = np.asarray(gold, dtype=np.int64)
     data = lgb.Dataset(np.ascontiguousarray(x, dtype=np.float32), gold, weight=np.asarray(weight) * balanced_weights(gold))
-    return lgb.train(PARAMS | {"seed": seed, "num_threads": threads}, data, num_boost_round=rounds)
+    return lgb.train(PARAMS | (params or {}) | {"seed": seed, "num_threads": threads}, data, num_boost_round=rounds)
 
 
 def stacked_probabilities(weights: Sequence[float], bias: Sequence[float], columns: Sequence[np.ndarray]) -> np.ndarray:

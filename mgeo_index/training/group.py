@@ -88,16 +88,17 @@ def _decision_rows(rows: list[data.Pair], sources: tuple[str, ...]) -> np.ndarra
 
 
 def train_trees(cross: CrossEncoder, group_pairs: list[data.Pair], *, seed: int = 0,
-                fraction: float = 1.0) -> tuple[Forest, list[data.Pair]]:
+                fraction: float = 1.0, params: dict | None = None) -> tuple[Forest, list[data.Pair]]:
     """(the trees of :data:`SEEDS` boosters, the pairs they learnt from): the group head's trees on the train split of
     ``group_pairs``, rows weighted by :data:`SOURCE_WEIGHTS`. ``fraction`` < 1 keeps that share of the queries
     (whole queries, chosen by a hash of their key, so a smaller share is inside a larger one): the learning curve
-    of ``research/eval_group_head.py --train-fractions``."""
+    of ``research/eval_group_head.py --train-fractions``. ``params``: LightGBM parameters over the head's own
+    (``--max-depths``)."""
     pairs = group_pairs if fraction >= 1 else [
         p for p in group_pairs if zlib.crc32(f"fraction:{p.group}".encode()) % 10_000 < fraction * 10_000]
     rows, _, _, _, x, gold = _described(cross, pairs, ("train",))
     weight = np.array([SOURCE_WEIGHTS.get(p.source, 1.0) for p in rows])
-    boosters = [train_booster(x, gold, weight, seed=seed + k) for k in range(SEEDS)]
+    boosters = [train_booster(x, gold, weight, seed=seed + k, params=params) for k in range(SEEDS)]
     return Forest.from_texts([booster.model_to_string() for booster in boosters]), rows
 
 
