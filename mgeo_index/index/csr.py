@@ -94,11 +94,9 @@ class Csr:
         shared = np.take(vector != 0, columns, mode="clip")  # a table of bytes stays in cache, one of floats less
         kept = np.flatnonzero(shared)
         products = np.take(self.data, at[kept]) * vector[columns[kept]]
-        if counts.all():  # each row's shared columns counted in one pass (a segment is never empty here)
-            per_row = np.add.reduceat(shared.view(np.int8), np.cumsum(counts) - counts, dtype=np.int64)
-        else:
-            per_row = np.bincount(np.repeat(np.arange(len(rows)), counts)[kept], minlength=len(rows))
-        return sequential_sums(products, per_row)
+        # the row of each value kept, from where the rows end (a few thousand values, not the rows' whole length)
+        row_of = np.searchsorted(np.cumsum(counts), kept, side="right")
+        return sequential_sums(products, np.bincount(row_of, minlength=len(rows)))
 
     def transposed(self) -> Csr:
         """The transpose as rows (each column's entries, rows ascending). A block of rows at a time, each block's
