@@ -44,6 +44,9 @@ def test_triples_out_of_row_order_are_refused_and_big_matrices_go_in_blocks(monk
 
     with pytest.raises(ValueError, match="row order"):
         Csr.from_rows(np.array([1, 0]), np.array([0, 1]), np.array([1.0, 2.0], dtype=np.float32), (2, 2))
+    monkeypatch.setattr(csr, "BLOCK", 1)  # out of order across blocks, each block in order by itself: refused too
+    with pytest.raises(ValueError, match="row order"):
+        Csr.from_rows(np.array([1, 0]), np.array([0, 1]), np.array([1.0, 2.0], dtype=np.float32), (2, 2))
     monkeypatch.setattr(csr, "BLOCK", 3)  # a block of rows every ~3 values: the same matrix as in one block
     rng = np.random.default_rng(4)
     dense = (rng.random((30, 9)) < 0.4) * rng.random((30, 9)).astype(np.float32)

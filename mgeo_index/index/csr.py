@@ -36,10 +36,10 @@ class Csr:
         indptr = np.zeros(shape[0] + 1, dtype=dtype)
         np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
         data, indices = np.empty(len(values), dtype=np.asarray(values).dtype), np.empty(len(values), dtype=dtype)
-        for lo, hi in _blocks(indptr):
+        for lo, hi, first, last in _row_blocks(indptr):
             block = rows[lo:hi]
-            if len(block) and (block[0] != block.min() or (np.diff(block) < 0).any()):
-                raise ValueError("Csr.from_rows: the triples are not in row order")
+            if len(block) and (block[0] < first or block[-1] >= last or (np.diff(block) < 0).any()):
+                raise ValueError("Csr.from_rows: the triples are not in row order")  # each block holds its rows only
             order = np.lexsort((columns[lo:hi], block)) + lo
             data[lo:hi], indices[lo:hi] = values[order], columns[order]
         return cls(data, indices, indptr, tuple(shape))
@@ -160,11 +160,6 @@ def _row_blocks(indptr: np.ndarray):
         last = min(max(last, first + 1), rows)
         yield int(indptr[first]), int(indptr[last]), first, last
         first = last
-
-
-def _blocks(indptr: np.ndarray):
-    """(first value, end value) of :func:`_row_blocks`."""
-    return ((lo, hi) for lo, hi, _, _ in _row_blocks(indptr))
 
 
 def stack(top: Csr, bottom: Csr) -> Csr:
