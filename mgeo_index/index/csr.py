@@ -64,8 +64,7 @@ class Csr:
         """Positions in ``data`` of the stored values of ``rows`` (``counts`` of them each), row after row, each in
         stored order."""
         dtype = index_dtype(self.nnz)
-        starts = np.repeat((self.indptr[rows] - np.cumsum(counts) + counts).astype(dtype), counts)
-        return starts + np.arange(int(counts.sum()), dtype=dtype)
+        return np.repeat(self.indptr[rows].astype(dtype), counts) + _offsets(counts, dtype)
 
     def take_rows(self, rows: np.ndarray) -> Csr:
         """The matrix of ``rows`` (indices or a boolean mask), in that order."""
@@ -113,11 +112,11 @@ class Csr:
             order = np.argsort(columns, kind="stable")
             by_column = columns[order]
             starts = np.flatnonzero(np.r_[True, by_column[1:] != by_column[:-1]])  # each column's run in the block
-            rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-            at = free[by_column] + rank
+            runs = np.diff(np.r_[starts, len(order)])
+            at = free[by_column] + _offsets(runs)
             rows = np.repeat(np.arange(first, last, dtype=dtype), np.diff(self.indptr[first : last + 1]))
             data[at], indices[at] = self.data[lo:hi][order], rows[order]
-            np.add.at(free, by_column[starts], np.diff(np.r_[starts, len(order)]))
+            free[by_column[starts]] += runs  # the block's columns, each once
         return Csr(data, indices, indptr, (self.shape[1], self.shape[0]))
 
     def unit_rows(self) -> Csr:
@@ -134,8 +133,7 @@ class Csr:
             if len(filled):
                 norms[filled] = np.add.reduceat(values * values, starts[filled])
             scale = 1.0 / np.maximum(np.sqrt(norms), 1e-12)
-            within = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, counts)
-            backwards = np.repeat(starts + counts - 1, counts) - within  # each row's values last first
+            backwards = np.repeat(starts + counts - 1, counts) - _offsets(counts)  # each row's values last first
             data[lo:hi] = np.repeat(scale, counts) * values[backwards]
             indices[lo:hi] = self.indices[lo:hi][backwards]
         return Csr(data, indices, self.indptr.copy(), self.shape)
@@ -145,6 +143,11 @@ class Csr:
         out = np.zeros(self.shape, dtype=self.data.dtype)
         out[np.repeat(np.arange(self.shape[0]), self.lengths()), self.indices] = self.data
         return out
+
+
+def _offsets(counts: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """Each value's place in its run, runs of ``counts`` values one after another: 0 … counts[i] - 1 for each i."""
+    return np.arange(int(counts.sum()), dtype=dtype) - np.repeat((np.cumsum(counts) - counts).astype(dtype), counts)
 
 
 BLOCK = 1 << 20  # stored values a block of rows holds, about (a row is never split)
