@@ -243,11 +243,11 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
       (3组 / 5组, 第3村民小组 / 第5村民小组): element ``group``.
 
     An element written on one side only is no conflict."""
-    return _conflicts(_Side(qa), _Side(qb))
+    return _conflicts(_Numbers(qa), _Numbers(qb))
 
 
-class _Side:
-    """What :func:`number_conflicts` reads of one parsed address, each read when first asked and then kept: in a
+class _Numbers:
+    """What :func:`number_conflicts` reads of one parsed address's numbers, each read when first asked and kept: in a
     batch a query meets each of its candidates, and a catalog entry several queries (:func:`number_conflicts_batch`).
     Nothing read here is changed by a caller."""
 
@@ -279,7 +279,7 @@ class _Side:
         return _runs(_GROUP, self.parsed["text"])
 
 
-def _conflicts(a: _Side, b: _Side) -> dict[str, tuple[str, str]]:
+def _conflicts(a: _Numbers, b: _Numbers) -> dict[str, tuple[str, str]]:
     """:func:`number_conflicts` of two sides."""
     qa, qb, marks_a, marks_b = a.parsed, b.parsed, a.marks, b.marks
     if marks_a == marks_b:
@@ -329,11 +329,11 @@ def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = Non
 def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
     """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy,
     what each parse says of its numbers read once however many pairs it is in."""
-    sides: dict[int, _Side] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
+    sides: dict[int, _Numbers] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
 
-    def side(parsed: dict) -> _Side:
+    def side(parsed: dict) -> _Numbers:
         if (known := sides.get(id(parsed))) is None:
-            known = sides[id(parsed)] = _Side(parsed)
+            known = sides[id(parsed)] = _Numbers(parsed)
         return known
 
     return [_conflicts(side(qa), side(qb)) for qa, qb in zip(parsed_a, parsed_b)]
