@@ -8,6 +8,7 @@ per element: agree / differ / only on one side), in the spirit of Splink's match
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -16,7 +17,8 @@ import numpy as np
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
-from mgeo_index.compare.conflicts import TEXT_CONFLICTS, conflicts, number_conflicts, number_value, numbers_agree
+from mgeo_index.compare.conflicts import (TEXT_CONFLICTS, conflicts, number_conflicts, number_conflicts_batch,
+                                          number_value, numbers_agree)
 from mgeo_index.compare.elements import (ADMIN_ELEMENTS, ADMIN_LEVEL_NAMES, DIGITS, EXPLAIN_ORDER, NUMBERED, core, same,
                                        spans)
 from mgeo_index.text import normalize
@@ -97,12 +99,17 @@ def compare_elements(a: dict[str, str], b: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _ngrams(text: str, n: int) -> set[str]:
-    return {text[i : i + n] for i in range(max(len(text) - n + 1, 0))}
+def _grams(text: str) -> tuple[set[str], set[str], set[str]]:
+    """The character 1-, 2- and 3-grams of a text (the 3-grams made from the 2-grams)."""
+    pairs = list(map(operator.add, text, text[1:]))
+    return set(text), set(pairs), set(map(operator.add, pairs, text[2:]))
 
 
 def _jaccard(x: set, y: set) -> float:
-    return len(x & y) / len(x | y) if x or y else 0.0
+    if not x and not y:
+        return 0.0
+    common = len(x & y)
+    return common / (len(x) + len(y) - common)  # the union's size, not the union
 
 
 def _contained(x: set, y: set) -> float:
@@ -117,6 +124,8 @@ _STRING_FEATURE_NAMES = (
     + ["numbers_jaccard", "numbers_ab", "numbers_ba", "len_a", "len_b", "len_ratio"]
 )
 _STATES = ("agree", "differ", "only_a", "only_b")
+_ONE_HOT = {state: tuple(state == s for s in _STATES) for state in (*_STATES, None)}  # a state as four features
+_NO_ROW = (None, None, None, None)
 
 
 def parsed_features(qa: dict, qb: dict, found: dict | None = None) -> list[float]:
@@ -129,12 +138,17 @@ def parsed_features(qa: dict, qb: dict, found: dict | None = None) -> list[float
     head alone) these lift macro-F1 from 0.66 / 0.62 to 0.68 / 0.66 over the string features. ``found``: the pair's
     :func:`number_conflicts`, when the caller has them.
     """
-    found = number_conflicts(qa, qb) if found is None else found
-    rows = compare_parsed(qa, qb, found)  # the rows scored: the name's is none of them
+    return _parsed_features(qa, qb, number_conflicts(qa, qb) if found is None else found, spans(qa), spans(qb))
+
+
+def _parsed_features(qa: dict, qb: dict, found: dict, spans_a: dict[str, str], spans_b: dict[str, str]) -> list[float]:
+    """:func:`parsed_features` with each side's :func:`~mgeo_index.compare.elements.spans` given (read once per parse
+    in a batch)."""
+    rows = _compare(qa, qb, found, spans_a, spans_b)  # the rows scored: the name's is none of them
     out: list[float] = []
     for name in EXPLAIN_ORDER:
-        state, a, b, _ = rows.get(name, (None, None, None, None))
-        out += [state == s for s in _STATES]
+        state, a, b, _ = rows.get(name, _NO_ROW)
+        out += _ONE_HOT[state]
         out.append(fuzz.ratio(a, b) / 100 if state in ("agree", "differ") else 0.0)
     admin_a, admin_b = qa["admin"], qb["admin"]
     if admin_a.get("lat") is not None and admin_b.get("lat") is not None:
@@ -163,40 +177,43 @@ def _side(text: str) -> _Side:
     for name in ADMIN_ELEMENTS:
         if name in elements:
             rest = rest.replace(elements[name], "")
-    return _Side(text, elements, rest, (_ngrams(text, 1), _ngrams(text, 2), _ngrams(text, 3)), set(DIGITS.findall(text)))
+    return _Side(text, elements, rest, _grams(text), set(DIGITS.findall(text)))
 
 
 def pair_features(a: str, b: str, parsed_a: dict, parsed_b: dict) -> np.ndarray:
     """A fixed-length float32 vector describing how two addresses agree (names: FEATURE_NAMES):
     string and pattern features of the texts, then :func:`parsed_features` of their parses."""
-    return _pair_features(_side(a), _side(b), parsed_a, parsed_b)
+    found = number_conflicts(parsed_a, parsed_b)
+    return np.asarray(_pair_features(_side(a), _side(b), parsed_a, parsed_b, found, spans(parsed_a), spans(parsed_b)),
+                      dtype=np.float32)
 
 
-def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict, found: dict | None = None) -> np.ndarray:
+def _pair_features(sa: _Side, sb: _Side, parsed_a: dict, parsed_b: dict, found: dict, spans_a: dict[str, str],
+                   spans_b: dict[str, str]) -> list[float]:
+    """:func:`pair_features` of two texts' :class:`_Side` and their parses (with their spans and number conflicts)."""
     a, b, ea, eb = sa.text, sb.text, sa.elements, sb.elements
     states = compare_elements(ea, eb)
-    element_part = []
+    element_part: list = []
     for e in ELEMENTS:
-        s = states.get(e)
-        element_part += [s == "agree", s == "differ", s == "only_a", s == "only_b"]
+        element_part += _ONE_HOT[states.get(e)]
     # b without its admin prefix found inside a: a catalog entry less specific than the query
     b_rest = sb.rest
     element_part += [
         fuzz.ratio(ea["poi"], eb["poi"]) / 100 if "poi" in ea and "poi" in eb else 0.0,
         bool(b) and b in a, bool(a) and a in b, len(b_rest) >= 2 and b_rest in a,
     ]
-    grams = list(zip(sa.grams, sb.grams))
+    (one_a, two_a, three_a), (one_b, two_b, three_b) = sa.grams, sb.grams
     na, nb = sa.numbers, sb.numbers
     lcs = LCSseq.similarity(a, b)
     values = element_part + [
-        _jaccard(*grams[0]), _jaccard(*grams[1]), _jaccard(*grams[2]),
-        _contained(grams[1][0], grams[1][1]), _contained(grams[1][1], grams[1][0]),
+        _jaccard(one_a, one_b), _jaccard(two_a, two_b), _jaccard(three_a, three_b),
+        _contained(two_a, two_b), _contained(two_b, two_a),
         fuzz.ratio(a, b) / 100, fuzz.partial_ratio(a, b) / 100, fuzz.token_set_ratio(a, b) / 100,
         lcs / max(len(a), 1), lcs / max(len(b), 1),
         _jaccard(na, nb), _contained(na, nb), _contained(nb, na),
         min(len(a), 64) / 64, min(len(b), 64) / 64, min(len(a), len(b)) / max(len(a), len(b), 1),
     ]
-    return np.asarray(values + parsed_features(parsed_a, parsed_b, found), dtype=np.float32)
+    return values + _parsed_features(parsed_a, parsed_b, found, spans_a, spans_b)
 
 
 def parse_distinct(texts: Sequence[str]) -> list[dict]:
@@ -217,10 +234,18 @@ def pair_features_batch(
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float32)
     parsed_a = parse_distinct(a) if parsed_a is None else parsed_a
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
-    # each distinct text's own part once (a query repeats for every candidate)
+    # each distinct text's own part once (a query repeats for every candidate), each parse's spans once
     sides = {text: _side(text) for text in dict.fromkeys((*a, *b))}
-    found = [None] * len(a) if found is None else found
-    return np.stack([_pair_features(sides[x], sides[y], pa, pb, f) for x, y, pa, pb, f in zip(a, b, parsed_a, parsed_b, found)])
+    read: dict[int, dict[str, str]] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
+
+    def spans_of(parsed: dict) -> dict[str, str]:
+        if (known := read.get(id(parsed))) is None:
+            known = read[id(parsed)] = spans(parsed)
+        return known
+
+    found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
+    return np.asarray([_pair_features(sides[x], sides[y], pa, pb, f, spans_of(pa), spans_of(pb))
+                       for x, y, pa, pb, f in zip(a, b, parsed_a, parsed_b, found)], dtype=np.float32)
 
 
 _STATE_TEXT = {
@@ -243,8 +268,12 @@ def compare_parsed(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None 
     Elements absent on both sides are left out. ``found``: the pair's :func:`conflicts` when the caller has them
     (the pair features pass the number conflicts alone: they read no row of the name's).
     """
-    sa, sb = spans(qa), spans(qb)
-    found = conflicts(qa, qb) if found is None else found
+    return _compare(qa, qb, conflicts(qa, qb) if found is None else found, spans(qa), spans(qb))
+
+
+def _compare(qa: dict, qb: dict, found: dict[str, tuple[str, str]], sa: dict[str, str], sb: dict[str, str]
+             ) -> dict[str, tuple[str, str | None, str | None, list[str]]]:
+    """:func:`compare_parsed` with the pair's conflicts and each side's spans given."""
     admin_a, admin_b = qa["admin"], qb["admin"]
     rows = {}
     for name in EXPLAIN_ORDER:
