@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 from mgeo_index.compare.elements import NUMBERED, PARSED_ELEMENTS, same, spans
 from mgeo_index.compare.names import below_admin, name_conflict
@@ -249,34 +249,53 @@ def number_conflicts(qa: dict, qb: dict) -> dict[str, tuple[str, str]]:
 class _Numbers:
     """What :func:`number_conflicts` reads of one parsed address's numbers, each read when first asked and kept: in a
     batch a query meets each of its candidates, and a catalog entry several queries (:func:`number_conflicts_batch`).
-    Nothing read here is changed by a caller."""
+    Nothing read here is changed by a caller. (Kept in slots by hand: ``functools.cached_property`` takes a lock on
+    every first read, and most of a batch's sides are read once.)"""
+
+    __slots__ = ("parsed", "_marks", "_numbered", "_normal_spans", "_road", "_lanes", "_groups")
 
     def __init__(self, parsed: dict):
         self.parsed = parsed
+        self._marks = self._numbered = self._normal_spans = self._road = self._lanes = self._groups = _UNREAD
 
-    @cached_property
+    @property
     def marks(self) -> tuple[str, ...]:
-        return _number_marks(self.parsed)
+        if self._marks is _UNREAD:
+            self._marks = _number_marks(self.parsed)
+        return self._marks
 
-    @cached_property
+    @property
     def numbered(self) -> dict[str, list[str]]:
-        return _numberspans(self.parsed)
+        if self._numbered is _UNREAD:
+            self._numbered = _numberspans(self.parsed)
+        return self._numbered
 
-    @cached_property
+    @property
     def normal_spans(self) -> set[str]:
-        return {_normal_span(t) for spans in self.numbered.values() for t in spans}
+        if self._normal_spans is _UNREAD:
+            self._normal_spans = {_normal_span(t) for spans in self.numbered.values() for t in spans}
+        return self._normal_spans
 
-    @cached_property
+    @property
     def road(self) -> str | None:
-        return spans(self.parsed).get("road")
+        if self._road is _UNREAD:
+            self._road = spans(self.parsed).get("road")
+        return self._road
 
-    @cached_property
+    @property
     def lanes(self) -> tuple[str, ...]:
-        return _runs(_LANE, self.parsed["text"])
+        if self._lanes is _UNREAD:
+            self._lanes = _runs(_LANE, self.parsed["text"])
+        return self._lanes
 
-    @cached_property
+    @property
     def groups(self) -> tuple[str, ...]:
-        return _runs(_GROUP, self.parsed["text"])
+        if self._groups is _UNREAD:
+            self._groups = _runs(_GROUP, self.parsed["text"])
+        return self._groups
+
+
+_UNREAD = object()
 
 
 def _conflicts(a: _Numbers, b: _Numbers) -> dict[str, tuple[str, str]]:

@@ -281,9 +281,13 @@ class Resolver:
         missing = sorted({c.normalized for matches in results for c in matches if c.id not in known})
         fresh = dict(zip(missing, parse(missing))) if missing else {}
 
+        made: dict[int, dict] = {}  # one parse an entry, however many queries it is a candidate of
+
         def candidate(c: Retrieved) -> dict:
-            found = known[c.id] | {"text": c.normalized} if c.id in known else fresh[c.normalized]
-            return found | {"name": c.match["name"]} if c.match.get("name") else found
+            if (found := made.get(c.id)) is None:
+                found = known[c.id] | {"text": c.normalized} if c.id in known else fresh[c.normalized]
+                found = made[c.id] = found | {"name": c.match["name"]} if c.match.get("name") else found
+            return found
 
         return [(query, {c.id: candidate(c) for c in matches}) for query, matches in zip(query_parses, results)]
 
