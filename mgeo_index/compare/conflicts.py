@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from mgeo_index.compare.elements import NUMBERED, PARSED_ELEMENTS, same, spans
-from mgeo_index.compare.names import below_admin, name_conflict
+from mgeo_index.compare.names import Named, below_admin, name_conflict, name_conflict_of
 from mgeo_index.text import normalize
 
 # A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
@@ -348,11 +348,30 @@ def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = Non
 def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
     """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy,
     what each parse says of its numbers read once however many pairs it is in."""
-    sides: dict[int, _Numbers] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
+    side = _by_identity(_Numbers)
+    return [_conflicts(side(qa), side(qb)) for qa, qb in zip(parsed_a, parsed_b)]
 
-    def side(parsed: dict) -> _Numbers:
-        if (known := sides.get(id(parsed))) is None:
-            known = sides[id(parsed)] = _Numbers(parsed)
+
+def conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict],
+                    found: Sequence[dict] | None = None) -> list[dict[str, tuple[str, str]]]:
+    """:func:`conflicts` of each pair of parses (``found``: their :func:`number_conflicts_batch`, when the caller has
+    them), what each parse says of its name read once however many pairs it is in."""
+    found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
+    side = _by_identity(Named)
+    out = []
+    for qa, qb, numbers in zip(parsed_a, parsed_b, found):
+        names = name_conflict_of(side(qa), side(qb))
+        out.append({**numbers, "name": names} if names else numbers)  # a new dict: ``found`` is the caller's
+    return out
+
+
+def _by_identity(reading):
+    """``reading(parsed)`` of each parse once, by identity (the parses stay alive in the caller's lists meanwhile)."""
+    read: dict[int, object] = {}
+
+    def side(parsed: dict):
+        if (known := read.get(id(parsed))) is None:
+            known = read[id(parsed)] = reading(parsed)
         return known
 
-    return [_conflicts(side(qa), side(qb)) for qa, qb in zip(parsed_a, parsed_b)]
+    return side

@@ -125,13 +125,48 @@ def name_conflict(qa: dict, qb: dict) -> tuple[str, str] | None:
     address. Names of one place that agree so still conflict when both name a sub-place inside it (two shops of one
     mall: 证大大拇指广场希莉娅 / 证大大拇指广场阿玛施) and neither sub-place shares a pair of characters with the
     other address: then the sub-places are returned."""
-    (name_a, pairs_a), (name_b, pairs_b) = _place(qa), _place(qb)
+    return name_conflict_of(Named(qa), Named(qb))
+
+
+class Named:
+    """What :func:`name_conflict` reads of one parsed address, each read when first asked and kept: in a batch a query
+    meets each of its candidates, and a catalog entry several queries (:func:`mgeo_index.compare.conflicts.conflicts_batch`).
+    Nothing read here is changed by a caller."""
+
+    __slots__ = ("parsed", "_place", "_text", "_sub")
+
+    def __init__(self, parsed: dict):
+        self.parsed = parsed
+        self._place = self._text = self._sub = None
+
+    @property
+    def place(self) -> tuple[str, set[str]]:
+        if self._place is None:
+            self._place = _place(self.parsed)
+        return self._place
+
+    @property
+    def text(self) -> set[str]:
+        if self._text is None:
+            self._text = _address_pairs(self.parsed)
+        return self._text
+
+    @property
+    def sub_place(self) -> tuple[str, set[str]]:
+        if self._sub is None:
+            self._sub = _sub_place(self.parsed)
+        return self._sub
+
+
+def name_conflict_of(a: Named, b: Named) -> tuple[str, str] | None:
+    """:func:`name_conflict` of two sides."""
+    (name_a, pairs_a), (name_b, pairs_b) = a.place, b.place
     if not name_a or not name_b:
         return None
-    text_a, text_b = _address_pairs(qa), _address_pairs(qb)
+    text_a, text_b = a.text, b.text
     if not pairs_a & text_b and not pairs_b & text_a:
-        return written_name(qa), written_name(qb)
-    (sub_a, sub_pairs_a), (sub_b, sub_pairs_b) = _sub_place(qa), _sub_place(qb)
+        return written_name(a.parsed), written_name(b.parsed)
+    (sub_a, sub_pairs_a), (sub_b, sub_pairs_b) = a.sub_place, b.sub_place
     if sub_pairs_a and sub_pairs_b and not sub_pairs_a & text_b and not sub_pairs_b & text_a:
         return sub_a, sub_b
     return None

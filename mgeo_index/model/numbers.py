@@ -41,10 +41,9 @@ def conflicting(parsed_a: Sequence[dict], parsed_b: Sequence[dict], found: Seque
     """Per pair of parses: whether they are two places by their numbers or their names
     (:func:`mgeo_index.compare.conflicts.conflicts`). ``found``: the pairs'
     :func:`~mgeo_index.compare.conflicts.number_conflicts`, when the caller has them."""
-    from mgeo_index.compare.conflicts import conflicts
+    from mgeo_index.compare.conflicts import conflicts_batch
 
-    found = [None] * len(parsed_a) if found is None else found
-    return np.array([bool(conflicts(a, b, f)) for a, b, f in zip(parsed_a, parsed_b, found)], dtype=bool)
+    return np.array([bool(c) for c in conflicts_batch(parsed_a, parsed_b, found)], dtype=bool)
 
 
 def conflict_probabilities(probs: np.ndarray, labels: Sequence[str], fitted: dict | None) -> np.ndarray:
