@@ -348,7 +348,7 @@ def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = Non
 def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
     """:func:`number_conflicts` of each pair of parses: computed once for the pair features and the number policy,
     what each parse says of its numbers read once however many pairs it is in."""
-    side = _by_identity(_Numbers)
+    side = by_identity(_Numbers)
     return [_conflicts(side(qa), side(qb)) for qa, qb in zip(parsed_a, parsed_b)]
 
 
@@ -357,7 +357,7 @@ def conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict],
     """:func:`conflicts` of each pair of parses (``found``: their :func:`number_conflicts_batch`, when the caller has
     them), what each parse says of its name read once however many pairs it is in."""
     found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
-    side = _by_identity(Named)
+    side = by_identity(Named)
     out = []
     for qa, qb, numbers in zip(parsed_a, parsed_b, found):
         names = name_conflict_of(side(qa), side(qb))
@@ -365,8 +365,9 @@ def conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict],
     return out
 
 
-def _by_identity(reading):
-    """``reading(parsed)`` of each parse once, by identity (the parses stay alive in the caller's lists meanwhile)."""
+def by_identity(reading):
+    """A function giving ``reading(parsed)`` of each parse once, by identity: for one batch's parses, which stay alive in
+    the caller's lists meanwhile (a query repeats for each of its candidates, an entry for each query retrieving it)."""
     read: dict[int, object] = {}
 
     def side(parsed: dict):

@@ -17,8 +17,8 @@ import numpy as np
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
-from mgeo_index.compare.conflicts import (TEXT_CONFLICTS, conflicts, number_conflicts, number_conflicts_batch,
-                                          number_value, numbers_agree)
+from mgeo_index.compare.conflicts import (TEXT_CONFLICTS, by_identity, conflicts, number_conflicts,
+                                          number_conflicts_batch, number_value, numbers_agree)
 from mgeo_index.compare.elements import (ADMIN_ELEMENTS, ADMIN_LEVEL_NAMES, DIGITS, EXPLAIN_ORDER, NUMBERED, core, same,
                                        spans)
 from mgeo_index.text import normalize
@@ -236,13 +236,7 @@ def pair_features_batch(
     parsed_b = parse_distinct(b) if parsed_b is None else parsed_b
     # each distinct text's own part once (a query repeats for every candidate), each parse's spans once
     sides = {text: _side(text) for text in dict.fromkeys((*a, *b))}
-    read: dict[int, dict[str, str]] = {}  # by identity: the parses stay alive in the caller's lists meanwhile
-
-    def spans_of(parsed: dict) -> dict[str, str]:
-        if (known := read.get(id(parsed))) is None:
-            known = read[id(parsed)] = spans(parsed)
-        return known
-
+    spans_of = by_identity(spans)
     found = number_conflicts_batch(parsed_a, parsed_b) if found is None else found
     return np.asarray([_pair_features(sides[x], sides[y], pa, pb, f, spans_of(pa), spans_of(pb))
                        for x, y, pa, pb, f in zip(a, b, parsed_a, parsed_b, found)], dtype=np.float32)
