@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from mgeo_index.compare.elements import NUMBERED, PARSED_ELEMENTS, same, spans
-from mgeo_index.compare.names import Named, below_admin, name_conflict, name_conflict_of
+from mgeo_index.compare.names import Named, below_admin, name_conflict_of
 from mgeo_index.text import normalize
 
 # A number's tokens: digits, letters (a座, 12a栋) and the stems 甲 / 乙 / 丙 … (甲12号 and 乙12号 are two doors).
@@ -339,10 +339,7 @@ def conflicts(qa: dict, qb: dict, found: dict[str, tuple[str, str]] | None = Non
     element ``name`` when both name a place and the names are two places
     (:func:`mgeo_index.compare.names.name_conflict`). ``{element: (query, candidate)}``; empty when nothing
     conflicts."""
-    out = number_conflicts(qa, qb) if found is None else found
-    if names := name_conflict(qa, qb):
-        out = {**out, "name": names}  # a new dict: ``found`` is the caller's
-    return out
+    return conflicts_batch([qa], [qb], None if found is None else [found])[0]
 
 
 def number_conflicts_batch(parsed_a: Sequence[dict], parsed_b: Sequence[dict]) -> list[dict[str, tuple[str, str]]]:
